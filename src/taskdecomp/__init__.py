@@ -1,0 +1,92 @@
+"""taskdecomp: controllable task-decomposition agents.
+
+An LLM breaks a goal into steps; a policy boundary validates that plan as untrusted input;
+a scheduler runs the steps through a tool gateway with an allowlist and budgets; one
+combine call writes the answer. Every run ends with an explicit stop reason.
+
+    >>> from taskdecomp import run_sync
+    >>> result = run_sync("...", tools="tools.py", model="scripted:script.json")
+    >>> result.stop_reason
+    'success'
+"""
+
+from taskdecomp.budget import Budget, Usage
+from taskdecomp.errors import (
+    ConfigError,
+    ModelError,
+    ModelNotFoundError,
+    ModelTimeoutError,
+    TaskdecompError,
+    ToolsetError,
+)
+from taskdecomp.events import (
+    Event,
+    EventBus,
+    ModelCalled,
+    PlanCreated,
+    RunStarted,
+    RunStopped,
+    StepFinished,
+    StepStarted,
+)
+from taskdecomp.gateway import ToolGateway, args_hash
+from taskdecomp.models import (
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ScriptedModel,
+    register_provider,
+    resolve_model,
+)
+from taskdecomp.plan import Plan, Step, TaskId
+from taskdecomp.policy import parse_model_json, validate_plan_action
+from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
+from taskdecomp.stops import CODES, StopReason, StopRun, is_known
+from taskdecomp.strategies.plan_execute import run, run_sync
+from taskdecomp.tools import Toolset, ToolSpec, load_toolset, tool
+
+__all__ = [
+    "Budget",
+    "CODES",
+    "ConfigError",
+    "Event",
+    "EventBus",
+    "HistoryEntry",
+    "Model",
+    "ModelCalled",
+    "ModelError",
+    "ModelNotFoundError",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelTimeoutError",
+    "Plan",
+    "PlanCreated",
+    "RunId",
+    "RunResult",
+    "RunStarted",
+    "RunStopped",
+    "ScriptedModel",
+    "Step",
+    "StepFinished",
+    "StepStarted",
+    "StopReason",
+    "StopRun",
+    "TaskId",
+    "TaskdecompError",
+    "ToolGateway",
+    "ToolSpec",
+    "Toolset",
+    "ToolsetError",
+    "TraceEntry",
+    "Usage",
+    "args_hash",
+    "is_known",
+    "load_toolset",
+    "parse_model_json",
+    "register_provider",
+    "resolve_model",
+    "run",
+    "run_sync",
+    "tool",
+    "validate_plan_action",
+]

@@ -1,0 +1,144 @@
+"""Budgets (the limits of a run) and usage (what a run spent).
+
+:class:`Budget` holds the seed's defaults plus model-call, token, cost and parallelism
+limits. :class:`Meter` counts what a run spends and raises :class:`~taskdecomp.stops.StopRun`
+the moment a limit would be crossed; :class:`Usage` is its frozen snapshot for results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from taskdecomp import stops
+from taskdecomp.stops import LlmPhase, StopRun
+
+MIN_PLAN_STEPS = 3
+"""The seed's lower bound on plan length (``invalid_plan:min_steps``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Budget:
+    """The limits of one run. ``None`` means unlimited."""
+
+    max_plan_steps: int = 6
+    """Most steps a plan may have (``invalid_plan:max_steps``)."""
+    max_execute_steps: int = 8
+    """Most steps a run may execute (``max_execute_steps``)."""
+    max_tool_calls: int = 8
+    """Most tool calls a run may make (``max_tool_calls``)."""
+    max_seconds: float = 60
+    """Deadline for the whole run, in seconds (``max_seconds``)."""
+    max_llm_calls: int | None = None
+    """Most model calls (``max_llm_calls``)."""
+    max_tokens: int | None = None
+    """Most model tokens, input plus output (``max_tokens``)."""
+    max_cost_usd: float | None = None
+    """Most model spend in USD (``max_cost``)."""
+    max_parallel: int = 8
+    """Most steps of a DAG plan running at once."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_plan_steps", "max_execute_steps", "max_tool_calls", "max_parallel"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+        if self.max_seconds <= 0:
+            raise ValueError(f"max_seconds must be positive, got {self.max_seconds!r}")
+        for name in ("max_llm_calls", "max_tokens", "max_cost_usd"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0 or None, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Usage:
+    """What a run spent."""
+
+    llm_calls: int = 0
+    """Model calls made (including failed ones)."""
+    tool_calls: int = 0
+    """Tool calls made."""
+    tokens_in: int = 0
+    """Prompt tokens."""
+    tokens_out: int = 0
+    """Completion tokens."""
+    cost_usd: float = 0.0
+    """Model spend in USD."""
+    seconds: float = 0.0
+    """Wall time of the run."""
+
+
+@dataclass(kw_only=True)
+class Meter:
+    """Counts a run's spending against its budget.
+
+    The engine is single-threaded asyncio, so plain counters are safe here.
+    """
+
+    budget: Budget
+    llm_calls: int = 0
+    tool_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+
+    def before_model_call(self, phase: LlmPhase, *, estimated_tokens: int) -> None:
+        """Check the model budgets before a call; count the call.
+
+        Raises:
+            StopRun: ``max_llm_calls`` or ``max_tokens`` when the call would exceed them.
+        """
+        budget = self.budget
+        if budget.max_llm_calls is not None and self.llm_calls >= budget.max_llm_calls:
+            raise StopRun(stops.MAX_LLM_CALLS, llm_phase=phase)
+        if budget.max_tokens is not None and self.tokens + estimated_tokens > budget.max_tokens:
+            raise StopRun(
+                stops.MAX_TOKENS,
+                llm_phase=phase,
+                message=f"about {estimated_tokens} more tokens would exceed {budget.max_tokens}",
+            )
+        if budget.max_cost_usd is not None and self.cost_usd >= budget.max_cost_usd:
+            raise StopRun(stops.MAX_COST, llm_phase=phase)
+        self.llm_calls += 1
+
+    def after_model_call(
+        self, phase: LlmPhase, *, tokens_in: int, tokens_out: int, cost_usd: float
+    ) -> None:
+        """Account a finished call.
+
+        Raises:
+            StopRun: ``max_tokens`` or ``max_cost`` when the call went over the budget.
+        """
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
+        self.cost_usd += cost_usd
+        budget = self.budget
+        if budget.max_tokens is not None and self.tokens > budget.max_tokens:
+            raise StopRun(stops.MAX_TOKENS, llm_phase=phase)
+        if budget.max_cost_usd is not None and self.cost_usd > budget.max_cost_usd:
+            raise StopRun(stops.MAX_COST, llm_phase=phase)
+
+    def count_tool_call(self) -> None:
+        """Count a tool call (the seed counts before checking anything else).
+
+        Raises:
+            StopRun: ``max_tool_calls`` when the budget is spent.
+        """
+        self.tool_calls += 1
+        if self.tool_calls > self.budget.max_tool_calls:
+            raise StopRun(stops.MAX_TOOL_CALLS)
+
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens so far."""
+        return self.tokens_in + self.tokens_out
+
+    def snapshot(self, *, seconds: float) -> Usage:
+        """A frozen copy for results."""
+        return Usage(
+            llm_calls=self.llm_calls,
+            tool_calls=self.tool_calls,
+            tokens_in=self.tokens_in,
+            tokens_out=self.tokens_out,
+            cost_usd=round(self.cost_usd, 8),
+            seconds=round(seconds, 6),
+        )

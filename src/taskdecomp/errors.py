@@ -1,0 +1,53 @@
+"""The exception tree.
+
+::
+
+    TaskdecompError                 anything taskdecomp raises on purpose
+    ├── ConfigError                 the caller must change something before running
+    │   ├── ToolsetError            a toolset path/module cannot be loaded or is malformed
+    │   └── ModelNotFoundError      a model string names no provider, or a bad file
+    └── ModelError                  a model call failed (adapters convert SDK errors here)
+        └── ModelTimeoutError       the model did not answer in time
+
+Run failures that belong in a result (a denied tool, a bad plan, a spent budget) are not
+exceptions: they end the run with a stop reason (:mod:`taskdecomp.stops`). A
+:class:`ModelError` raised inside a run becomes ``llm_error:<kind>`` or ``llm_timeout``.
+"""
+
+from __future__ import annotations
+
+
+class TaskdecompError(Exception):
+    """Base class of every error taskdecomp raises on purpose."""
+
+
+class ConfigError(TaskdecompError):
+    """A user or configuration error: fix the arguments, files or environment."""
+
+
+class ToolsetError(ConfigError):
+    """A toolset cannot be found, imported, or read."""
+
+
+class ModelNotFoundError(ConfigError):
+    """A model string does not resolve to a provider."""
+
+
+class ModelError(TaskdecompError):
+    """A model call failed.
+
+    Args:
+        kind: a short machine-readable kind, used in ``llm_error:<kind>``.
+        message: what happened and how to fix it.
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class ModelTimeoutError(ModelError):
+    """The model did not answer within its timeout."""
+
+    def __init__(self, message: str = "the model did not answer in time") -> None:
+        super().__init__("timeout", message)

@@ -1,0 +1,150 @@
+"""The tool gateway: the only way a plan reaches a tool.
+
+Checks, in the seed's order: the tool-call budget, the allowlist (deny by default), the
+registry, loop detection on tool + argument hash; then it validates the arguments against
+the tool's schema, calls the tool with its timeout (sync tools in a worker thread) and
+makes the observation JSON-safe. Every refusal or failure raises
+:class:`~taskdecomp.stops.StopRun` with the seed's reason code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
+
+from taskdecomp import stops
+from taskdecomp.budget import Meter
+from taskdecomp.stops import StopRun, with_detail
+from taskdecomp.tools import IDEMPOTENCY_PARAM, Toolset, ToolSpec
+
+
+def args_hash(args: Mapping[str, Any]) -> str:
+    """The seed's argument hash: sha256 of sorted, compact JSON, first 12 hex digits."""
+    raw = json.dumps(
+        args or {}, sort_keys=True, ensure_ascii=True, separators=(",", ":"), default=str
+    )
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:12]
+
+
+class ToolGateway:
+    """Calls tools on behalf of a run, enforcing the allowlist and budgets.
+
+    Args:
+        allow: tool names that may be called; everything else is denied.
+        toolset: the registry of tools.
+        meter: the run's budget meter (counts tool calls).
+        max_workers: threads for sync tools (the scheduler's ``max_parallel``).
+    """
+
+    def __init__(
+        self, *, allow: Iterable[str], toolset: Toolset, meter: Meter, max_workers: int = 8
+    ) -> None:
+        self.allow = frozenset(allow)
+        self.toolset = toolset
+        self.meter = meter
+        self._seen_calls: set[str] = set()
+        self._denied: set[str] = set()
+        self._max_workers = max_workers
+        self._executor: ThreadPoolExecutor | None = None
+
+    def deny(self, name: str) -> None:
+        """Revoke a tool for the rest of the run (kill switch): later calls get ``tool_denied``."""
+        self._denied.add(name)
+
+    async def call(
+        self, name: str, args: Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> Any:
+        """Call tool ``name`` with ``args`` and return its JSON-safe observation.
+
+        Raises:
+            StopRun: ``max_tool_calls``, ``tool_denied:<n>``, ``tool_missing:<n>``,
+                ``loop_detected``, ``tool_bad_args:<n>``, ``tool_timeout:<n>`` or
+                ``tool_error:<n>``.
+        """
+        spec = self._admit(name, args)
+        try:
+            kwargs = spec.args_model.model_validate(dict(args)).model_dump()
+        except ValidationError as exc:
+            raise StopRun(
+                with_detail("tool_bad_args", name), message=_validation_message(exc)
+            ) from exc
+        if spec.takes_idempotency_key:
+            kwargs[IDEMPOTENCY_PARAM] = idempotency_key
+        result = await self._invoke(spec, kwargs)
+        try:
+            return to_jsonable_python(result)
+        except Exception as exc:
+            raise StopRun(
+                with_detail("tool_error", name),
+                message=f"returned a value that is not JSON-serializable: {exc}",
+            ) from exc
+
+    def _admit(self, name: str, args: Mapping[str, Any]) -> ToolSpec:
+        self.meter.count_tool_call()
+        if name not in self.allow or name in self._denied:
+            raise StopRun(with_detail("tool_denied", name), message=f"tool {name!r} is denied")
+        spec = self.toolset.get(name)
+        if spec is None:
+            known = ", ".join(sorted(self.toolset)) or "(none)"
+            raise StopRun(
+                with_detail("tool_missing", name),
+                message=f"tool {name!r} is allowed but not registered; registered: {known}",
+            )
+        signature = f"{name}:{args_hash(args)}"
+        if signature in self._seen_calls:
+            raise StopRun(stops.LOOP_DETECTED, message=f"repeated call {signature}")
+        self._seen_calls.add(signature)
+        return spec
+
+    async def _invoke(self, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+        deadline = asyncio.timeout(spec.timeout)
+        try:
+            async with deadline:
+                if spec.is_async:
+                    return await spec.fn(**kwargs)
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(
+                    self._pool(), functools.partial(spec.fn, **kwargs)
+                )
+        except TimeoutError as exc:
+            if not deadline.expired():  # the tool's own TimeoutError is an error like any
+                raise StopRun(
+                    with_detail("tool_error", spec.name), message=f"TimeoutError: {exc}"
+                ) from exc
+            raise StopRun(
+                with_detail("tool_timeout", spec.name),
+                message=f"tool {spec.name!r} ran longer than {spec.timeout}s",
+            ) from exc
+        except Exception as exc:
+            raise StopRun(
+                with_detail("tool_error", spec.name), message=f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=self._max_workers, thread_name_prefix="taskdecomp-tool"
+            )
+        return self._executor
+
+    def close(self) -> None:
+        """Release worker threads; a tool still running after a timeout is left to finish."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in error["loc"]) or "(arguments)"
+        parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)

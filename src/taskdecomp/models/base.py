@@ -1,0 +1,72 @@
+"""The model protocol: one async ``complete`` call per request.
+
+Providers convert their SDK's failures into :class:`~taskdecomp.errors.ModelError` (or
+:class:`~taskdecomp.errors.ModelTimeoutError`) at this boundary; the engine turns those into
+stop reasons.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+
+from taskdecomp.stops import LlmPhase
+
+
+class Message(TypedDict):
+    """A chat message."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelRequest:
+    """What the engine asks a model."""
+
+    phase: LlmPhase
+    """Which call this is (``plan``, ``finalize``)."""
+    messages: tuple[Message, ...]
+    json_schema: dict[str, Any] | None = None
+    """When set, the answer must be JSON matching this schema (structured output)."""
+    schema_name: str = "response"
+    """A name for ``json_schema`` (OpenAI's ``response_format`` wants one)."""
+
+    def text(self) -> str:
+        """All message contents, joined by newlines (what scripted rules match against)."""
+        return "\n".join(message["content"] for message in self.messages)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelResponse:
+    """What a model answered."""
+
+    text: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    finish_reason: str | None = "stop"
+    """``length`` means the answer was cut off."""
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything that can answer a :class:`ModelRequest`."""
+
+    @property
+    def name(self) -> str:
+        """The model string it was made from, e.g. ``scripted:plan.json``."""
+        ...
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer one request.
+
+        Raises:
+            ModelError: the call failed; ``ModelTimeoutError`` when it timed out.
+        """
+        ...
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count (4 characters a token) for budgets before a call."""
+    return max(1, (len(text) + 3) // 4)

@@ -1,0 +1,154 @@
+"""The scripted model: answers from a JSON file, for tests, examples and benchmarks.
+
+``scripted:PATH`` reads one of:
+
+- a JSON list of responses, returned in call order;
+- ``{"responses": [...]}``, the same;
+- ``{"rules": [{"match": "<regex>", "response": ...}], "default": ...}``: the first rule
+  whose regex matches the request's messages answers, so concurrent calls stay
+  deterministic; ``default`` answers when none matches.
+
+Either object may add ``"latency_ms"``: every answer waits that long. A string response is
+the raw completion text; an object or list is sent as JSON; ``{"error": "timeout"}`` and
+``{"error": "empty"}`` simulate those failures, and ``{"error": "<kind>"}`` any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from taskdecomp.errors import ModelError, ModelNotFoundError, ModelTimeoutError
+from taskdecomp.models.base import ModelRequest, ModelResponse, estimate_tokens
+
+
+class _Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    match: str
+    response: Any
+
+
+class _Script(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    responses: list[Any] | None = None
+    rules: list[_Rule] | None = None
+    default: Any = None
+    latency_ms: float = Field(default=0, ge=0)
+
+
+_NO_DEFAULT = object()
+
+
+class ScriptedModel:
+    """A model that answers from a script instead of a network.
+
+    Args:
+        responses: answers in call order.
+        rules: ``(regex, response)`` pairs; the first match answers.
+        default: the answer when no rule matches (omit to fail instead).
+        latency_ms: how long every answer waits.
+        name: the model string it came from.
+    """
+
+    def __init__(
+        self,
+        *,
+        responses: Sequence[Any] | None = None,
+        rules: Sequence[tuple[str, Any]] | None = None,
+        default: Any = _NO_DEFAULT,
+        latency_ms: float = 0,
+        name: str = "scripted",
+    ) -> None:
+        if (responses is None) == (rules is None):
+            raise ValueError("give exactly one of responses or rules")
+        self._responses = list(responses) if responses is not None else None
+        self._rules = [(re.compile(p, re.DOTALL), r) for p, r in rules] if rules else []
+        self._default = default
+        self._latency = latency_ms / 1000
+        self._name = name
+        self.calls: list[ModelRequest] = []
+        """Every request received, in order (handy in tests)."""
+
+    @property
+    def name(self) -> str:
+        """The model string."""
+        return self._name
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedModel:
+        """Load a script file.
+
+        Raises:
+            ModelNotFoundError: the file is missing, not JSON, or not a script.
+        """
+        name = f"scripted:{path}"
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise ModelNotFoundError(f"script file {str(path)!r} does not exist") from exc
+        except (OSError, ValueError) as exc:
+            raise ModelNotFoundError(f"script file {str(path)!r} is not JSON: {exc}") from exc
+        if isinstance(data, list):
+            return cls(responses=data, name=name)
+        try:
+            script = _Script.model_validate(data)
+            if (script.responses is None) == (script.rules is None):
+                raise ValueError("give exactly one of 'responses' or 'rules'")
+            rules = [(rule.match, rule.response) for rule in script.rules or []]
+            for pattern, _ in rules:
+                re.compile(pattern)
+        except (ValidationError, ValueError, re.error) as exc:
+            raise ModelNotFoundError(
+                f"script file {str(path)!r} is not a valid script: {exc}"
+            ) from exc
+        default = script.default if "default" in data else _NO_DEFAULT
+        if script.responses is not None:
+            return cls(responses=script.responses, latency_ms=script.latency_ms, name=name)
+        return cls(rules=rules, default=default, latency_ms=script.latency_ms, name=name)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer from the script."""
+        self.calls.append(request)
+        if self._latency:
+            await asyncio.sleep(self._latency)
+        answer = self._next_answer(request)
+        if isinstance(answer, dict) and set(answer) == {"error"}:
+            kind = str(answer["error"])
+            if kind == "timeout":
+                raise ModelTimeoutError("scripted timeout")
+            if kind != "empty":
+                raise ModelError(kind, f"scripted error {kind!r}")
+            answer = ""
+        text = answer if isinstance(answer, str) else json.dumps(answer)
+        return ModelResponse(
+            text=text,
+            tokens_in=estimate_tokens(request.text()),
+            tokens_out=estimate_tokens(text) if text else 0,
+        )
+
+    def _next_answer(self, request: ModelRequest) -> Any:
+        if self._responses is not None:
+            if not self._responses:
+                raise ModelError(
+                    "script_exhausted",
+                    f"{self._name}: no scripted answer left for call {len(self.calls)} "
+                    f"({request.phase}); add one to the script",
+                )
+            return self._responses.pop(0)
+        text = request.text()
+        for pattern, response in self._rules:
+            if pattern.search(text):
+                return response
+        if self._default is _NO_DEFAULT:
+            raise ModelError(
+                "script_no_match",
+                f"{self._name}: no rule matches the {request.phase} request and there is "
+                "no 'default'",
+            )
+        return self._default

@@ -1,0 +1,183 @@
+"""The policy boundary: model output is untrusted input.
+
+:func:`parse_model_json` turns raw model text into JSON values, refusing anything a strict
+parser should not accept (NaN, duplicate keys, deep nesting, NUL, oversized text).
+:func:`validate_plan_action` applies the seed's ``validate_plan_action`` rules, in the
+seed's order and with its reason codes, plus ``depends_on`` checks. Both raise
+:class:`~taskdecomp.stops.StopRun`; nothing downstream ever sees an unchecked plan.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from typing import Any
+
+from taskdecomp.budget import MIN_PLAN_STEPS
+from taskdecomp.plan import Plan, Step, TaskId, find_cycle
+from taskdecomp.stops import StopRun, invalid_plan
+
+MAX_JSON_CHARS = 200_000
+"""Longest model text the boundary parses."""
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of arrays and objects the boundary accepts."""
+
+PLAN_KEYS = frozenset({"kind", "steps"})
+STEP_KEYS = frozenset({"id", "title", "tool", "args", "depends_on"})
+
+
+class _Rejected(ValueError):
+    """Internal: the text is not acceptable JSON."""
+
+
+def _no_constants(name: str) -> Any:
+    raise _Rejected(f"non-finite number {name}")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _Rejected("duplicate key")
+    return obj
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of containers, iteratively (a scalar is 0)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def parse_model_json(text: str, *, max_chars: int = MAX_JSON_CHARS) -> Any:
+    """Parse model text strictly.
+
+    Raises:
+        StopRun: ``invalid_plan:non_json`` with a message saying what was wrong.
+    """
+    problem: str | None = None
+    if len(text) > max_chars:
+        problem = f"text is {len(text)} characters, over the cap of {max_chars}"
+    elif "\x00" in text:
+        problem = "text contains a NUL character"
+    else:
+        try:
+            value = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_no_duplicates)
+        except (_Rejected, ValueError, RecursionError) as exc:
+            problem = f"not strict JSON: {exc}"
+        else:
+            if _depth(value) > MAX_JSON_DEPTH:
+                problem = f"nesting deeper than {MAX_JSON_DEPTH}"
+            else:
+                return value
+    raise StopRun(invalid_plan("non_json"), message=problem)
+
+
+def validate_plan_action(
+    action: Any,
+    *,
+    max_plan_steps: int,
+    allowed_tools: Collection[str],
+    min_plan_steps: int = MIN_PLAN_STEPS,
+) -> Plan:
+    """Validate a parsed planner answer and return the plan it describes.
+
+    The checks and their reason codes follow the seed, in its order; ``depends_on`` is
+    checked after every step is known.
+
+    Raises:
+        StopRun: ``invalid_plan:<rule>`` for the first rule the plan breaks.
+    """
+    if not isinstance(action, dict):
+        raise StopRun(invalid_plan("not_object"))
+    kind = action.get("kind")
+    if kind == "invalid":
+        raise StopRun(invalid_plan("non_json"))
+    if kind != "plan":
+        raise StopRun(invalid_plan("bad_kind"))
+    if set(action) - PLAN_KEYS:
+        raise StopRun(invalid_plan("extra_keys"))
+    raw_steps = action.get("steps")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise StopRun(invalid_plan("missing_steps"))
+    if len(raw_steps) < min_plan_steps:
+        raise StopRun(invalid_plan("min_steps"))
+    if len(raw_steps) > max_plan_steps:
+        raise StopRun(invalid_plan("max_steps"))
+
+    steps: list[Step] = []
+    seen_ids: set[str] = set()
+    for index, raw in enumerate(raw_steps, start=1):
+        step = _validate_step(raw, index, seen_ids, allowed_tools)
+        seen_ids.add(step.id)
+        steps.append(step)
+    _validate_dependencies(steps)
+    return Plan(steps=tuple(steps))
+
+
+def _validate_step(
+    raw: Any, index: int, seen_ids: set[str], allowed_tools: Collection[str]
+) -> Step:
+    if not isinstance(raw, dict):
+        raise StopRun(invalid_plan(f"step_{index}_not_object"))
+    if set(raw) - STEP_KEYS:
+        raise StopRun(invalid_plan(f"step_{index}_extra_keys"))
+    step_id = raw.get("id")
+    if not isinstance(step_id, str) or not step_id.strip():
+        raise StopRun(invalid_plan(f"step_{index}_missing_id"))
+    if step_id in seen_ids or step_id.strip() in seen_ids:
+        raise StopRun(invalid_plan("duplicate_step_id"))
+    title = raw.get("title")
+    if not isinstance(title, str) or not title.strip():
+        raise StopRun(invalid_plan(f"step_{index}_missing_title"))
+    tool = raw.get("tool")
+    if not isinstance(tool, str) or not tool.strip():
+        raise StopRun(invalid_plan(f"step_{index}_missing_tool"))
+    tool = tool.strip()
+    if tool not in allowed_tools:
+        allowed = ", ".join(sorted(allowed_tools)) or "(none)"
+        raise StopRun(
+            invalid_plan(f"tool_not_allowed:{tool}"),
+            message=f"tool {tool!r} is not allowed; allowed: {allowed}",
+        )
+    args = raw.get("args", {})
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise StopRun(invalid_plan(f"step_{index}_bad_args"))
+    return Step(
+        id=TaskId(step_id.strip()),
+        title=title.strip(),
+        tool=tool,
+        args=args,
+        depends_on=_depends_on(raw, index),
+    )
+
+
+def _depends_on(raw: dict[str, Any], index: int) -> tuple[TaskId, ...] | None:
+    if "depends_on" not in raw:
+        return None
+    value = raw["depends_on"]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise StopRun(
+            invalid_plan(f"step_{index}_bad_depends_on"),
+            message="depends_on must be a list of step ids",
+        )
+    return tuple(dict.fromkeys(TaskId(v.strip()) for v in value))
+
+
+def _validate_dependencies(steps: list[Step]) -> None:
+    ids = {step.id for step in steps}
+    for step in steps:
+        for dep in step.depends_on or ():
+            if dep not in ids:
+                raise StopRun(invalid_plan(f"unknown_dependency:{dep}"))
+    edges = {step.id: step.depends_on or () for step in steps}
+    cycle = find_cycle(edges)
+    if cycle is not None:
+        raise StopRun(invalid_plan("cycle"), message="dependency cycle: " + " -> ".join(cycle))

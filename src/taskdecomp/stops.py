@@ -1,0 +1,164 @@
+"""Stop reasons: the one list of ways a run can end.
+
+Every run ends with exactly one stop reason, a string of the form ``family`` or
+``family:detail`` (``success``, ``max_tool_calls``, ``tool_denied:fetch_sales``,
+``invalid_plan:step_2_missing_tool``). The seed's codes are kept verbatim; new codes
+follow the same form. :data:`CODES` documents every family, and :func:`is_known`
+tells whether a string is one of them.
+
+:class:`StopRun` is the signal that carries a stop reason from deep inside the engine to
+the strategy that turns it into a result. It is not an error: it lives outside the
+exception tree in :mod:`taskdecomp.errors` and never escapes a public entry point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, NewType
+
+StopReason = NewType("StopReason", str)
+"""A stop reason such as ``success`` or ``tool_error:fetch_sales_data``."""
+
+LlmPhase = Literal["plan", "finalize"]
+"""The model call a model failure happened in (the seed's ``llm_phase``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StopCode:
+    """One family of stop reasons, as listed in the docs."""
+
+    family: str
+    """The part before the first colon, e.g. ``tool_denied``."""
+    detail: str | None
+    """What follows the colon (``<name>``, ``<kind>``), or ``None`` for a bare code."""
+    meaning: str
+    """One sentence for the docs table."""
+
+
+CODES: tuple[StopCode, ...] = (
+    StopCode(family="success", detail=None, meaning="The plan ran and the answer was combined."),
+    StopCode(
+        family="invalid_plan",
+        detail="<rule>",
+        meaning="The model's plan failed the policy boundary; see `raw_plan`.",
+    ),
+    StopCode(
+        family="max_execute_steps",
+        detail=None,
+        meaning="The plan has more steps than the execution budget allows.",
+    ),
+    StopCode(family="max_tool_calls", detail=None, meaning="The tool-call budget is spent."),
+    StopCode(
+        family="max_seconds",
+        detail=None,
+        meaning="The run's deadline passed; in-flight work was cancelled.",
+    ),
+    StopCode(family="max_llm_calls", detail=None, meaning="The model-call budget is spent."),
+    StopCode(
+        family="max_tokens",
+        detail=None,
+        meaning="A model call would exceed, or did exceed, the token budget.",
+    ),
+    StopCode(
+        family="max_cost",
+        detail=None,
+        meaning="A model call would exceed, or did exceed, the cost budget (USD).",
+    ),
+    StopCode(
+        family="llm_timeout",
+        detail=None,
+        meaning="The model did not answer in time; see `llm_phase`.",
+    ),
+    StopCode(
+        family="llm_empty",
+        detail=None,
+        meaning="The model returned an empty answer; see `llm_phase`.",
+    ),
+    StopCode(
+        family="llm_error",
+        detail="<kind>",
+        meaning="The model call failed for another reason (auth, bad request, exhausted script).",
+    ),
+    StopCode(family="tool_denied", detail="<name>", meaning="The tool is not on the allowlist."),
+    StopCode(
+        family="tool_missing",
+        detail="<name>",
+        meaning="The tool is allowed but no toolset provides it.",
+    ),
+    StopCode(
+        family="tool_bad_args",
+        detail="<name>",
+        meaning="The step's arguments do not match the tool's signature.",
+    ),
+    StopCode(family="tool_error", detail="<name>", meaning="The tool raised; see the trace."),
+    StopCode(
+        family="tool_timeout",
+        detail="<name>",
+        meaning="The tool ran longer than its `@tool(timeout=...)`.",
+    ),
+    StopCode(
+        family="loop_detected",
+        detail=None,
+        meaning="The same tool was called twice with the same arguments.",
+    ),
+    StopCode(family="cancelled", detail=None, meaning="The caller cancelled the run."),
+)
+"""Every family of stop reasons, in the order the docs list them."""
+
+_FAMILIES = {code.family: code for code in CODES}
+
+SUCCESS = StopReason("success")
+MAX_EXECUTE_STEPS = StopReason("max_execute_steps")
+MAX_TOOL_CALLS = StopReason("max_tool_calls")
+MAX_SECONDS = StopReason("max_seconds")
+MAX_LLM_CALLS = StopReason("max_llm_calls")
+MAX_TOKENS = StopReason("max_tokens")
+MAX_COST = StopReason("max_cost")
+LLM_TIMEOUT = StopReason("llm_timeout")
+LLM_EMPTY = StopReason("llm_empty")
+LOOP_DETECTED = StopReason("loop_detected")
+CANCELLED = StopReason("cancelled")
+
+
+def with_detail(family: str, detail: str) -> StopReason:
+    """Build ``family:detail``, checking that the family takes a detail.
+
+    Raises:
+        ValueError: if ``family`` is unknown or is a bare code.
+    """
+    code = _FAMILIES.get(family)
+    if code is None or code.detail is None:
+        raise ValueError(f"stop family {family!r} does not take a detail")
+    return StopReason(f"{family}:{detail}")
+
+
+def invalid_plan(rule: str) -> StopReason:
+    """``invalid_plan:<rule>``, e.g. ``invalid_plan:min_steps``."""
+    return with_detail("invalid_plan", rule)
+
+
+def is_known(reason: str) -> bool:
+    """Whether ``reason`` belongs to one of the families in :data:`CODES`."""
+    family, sep, detail = reason.partition(":")
+    code = _FAMILIES.get(family)
+    if code is None:
+        return False
+    return bool(detail) if code.detail is not None else not sep
+
+
+class StopRun(Exception):
+    """Signal that ends the current run with ``reason``.
+
+    Args:
+        reason: the stop reason.
+        llm_phase: the model call that failed, for ``llm_*`` and model budget stops.
+        message: a human-readable explanation, kept in the trace.
+    """
+
+    def __init__(
+        self, reason: StopReason, *, llm_phase: LlmPhase | None = None, message: str = ""
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.llm_phase = llm_phase
+        self.message = message

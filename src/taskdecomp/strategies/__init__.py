@@ -1,0 +1,1 @@
+"""Strategies: small modules that compose the shared engine into an agent loop."""

@@ -1,0 +1,247 @@
+"""Tools and toolsets.
+
+A tool is a plain Python function (sync or async). Its argument schema comes from its type
+hints, through pydantic, so the planner sees the same schema the gateway enforces.
+:func:`tool` adds a description, a timeout and a side-effect class. :func:`load_toolset`
+reads a Python file or module: the functions in its ``TOOLS`` if it has one, else every
+public top-level function with type hints.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal, TypeVar, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+from taskdecomp.errors import ToolsetError
+
+SideEffects = Literal["read_only", "idempotent", "unsafe"]
+"""How a tool may be repeated: freely, with the same idempotency key, or at most once."""
+
+IDEMPOTENCY_PARAM = "idempotency_key"
+"""A parameter with this name receives the run's key for the step; the planner never sees it."""
+
+_META_ATTR = "__taskdecomp_tool__"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolOptions:
+    """What :func:`tool` attaches to a function."""
+
+    description: str | None = None
+    timeout: float | None = None
+    side_effects: SideEffects = "read_only"
+
+
+@overload
+def tool(fn: F, /) -> F: ...
+@overload
+def tool(
+    *,
+    description: str | None = None,
+    timeout: float | None = None,
+    side_effects: SideEffects = "read_only",
+) -> Callable[[F], F]: ...
+def tool(
+    fn: F | None = None,
+    /,
+    *,
+    description: str | None = None,
+    timeout: float | None = None,
+    side_effects: SideEffects = "read_only",
+) -> F | Callable[[F], F]:
+    """Mark a function as a tool, optionally with options.
+
+    Args:
+        fn: the function, when used as a bare ``@tool``.
+        description: shown to the planner; defaults to the docstring's first line.
+        timeout: seconds before the call ends with ``tool_timeout:<name>``.
+        side_effects: ``"read_only"`` (default), ``"idempotent"`` or ``"unsafe"``.
+
+    The function itself is returned unchanged, so it stays callable as before.
+    """
+    if side_effects not in ("read_only", "idempotent", "unsafe"):
+        raise ValueError(
+            f"side_effects must be 'read_only', 'idempotent' or 'unsafe', got {side_effects!r}"
+        )
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+    options = ToolOptions(description=description, timeout=timeout, side_effects=side_effects)
+
+    def mark(func: F) -> F:
+        setattr(func, _META_ATTR, options)
+        return func
+
+    return mark(fn) if fn is not None else mark
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolSpec:
+    """A registered tool: the function plus what the engine needs to call it safely."""
+
+    name: str
+    fn: Callable[..., Any]
+    description: str
+    timeout: float | None
+    side_effects: SideEffects
+    args_model: type[BaseModel]
+    """Validates arguments; built from the type hints."""
+    is_async: bool
+    takes_idempotency_key: bool
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], *, name: str | None = None) -> ToolSpec:
+        """Build a spec from a function and its :func:`tool` options, if any."""
+        options: ToolOptions = getattr(fn, _META_ATTR, ToolOptions())
+        tool_name = name or fn.__name__
+        doc = inspect.getdoc(fn) or ""
+        return cls(
+            name=tool_name,
+            fn=fn,
+            description=options.description or (doc.splitlines()[0] if doc else tool_name),
+            timeout=options.timeout,
+            side_effects=options.side_effects,
+            args_model=_args_model(fn, tool_name),
+            is_async=inspect.iscoroutinefunction(fn),
+            takes_idempotency_key=IDEMPOTENCY_PARAM in inspect.signature(fn).parameters,
+        )
+
+    def args_schema(self) -> dict[str, Any]:
+        """JSON schema of the arguments, as the planner sees it."""
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    def catalog_entry(self) -> dict[str, Any]:
+        """Name, description and argument schema for the planner's tool catalog."""
+        return {"name": self.name, "description": self.description, "args": self.args_schema()}
+
+
+def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
+    try:
+        hints = get_type_hints(fn)
+    except Exception as exc:  # a forward reference that does not resolve, etc.
+        raise ToolsetError(f"tool {name!r}: cannot read its type hints: {exc}") from exc
+    fields: dict[str, Any] = {}
+    extra: Literal["forbid", "allow"] = "forbid"
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            extra = "allow"
+            continue
+        if param.kind is param.VAR_POSITIONAL or param.name == IDEMPOTENCY_PARAM:
+            continue
+        if param.kind is param.POSITIONAL_ONLY:
+            raise ToolsetError(
+                f"tool {name!r}: positional-only parameter {param.name!r} cannot be "
+                "passed by name; make it a regular parameter"
+            )
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (hints.get(param.name, Any), default)
+    model: type[BaseModel] = create_model(
+        f"{name}_args", __config__=ConfigDict(extra=extra), **fields
+    )
+    return model
+
+
+class Toolset(Mapping[str, ToolSpec]):
+    """Tools by name."""
+
+    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        for spec in specs:
+            if spec.name in self._specs:
+                raise ToolsetError(f"tool {spec.name!r} is defined twice")
+            self._specs[spec.name] = spec
+
+    @classmethod
+    def from_functions(cls, functions: Iterable[Callable[..., Any] | ToolSpec]) -> Toolset:
+        """A toolset of these functions (or specs), named after the functions."""
+        return cls(f if isinstance(f, ToolSpec) else ToolSpec.from_function(f) for f in functions)
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        return self._specs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def catalog(self, allowed: Iterable[str]) -> list[dict[str, Any]]:
+        """Catalog entries of the allowed tools this toolset has, in definition order."""
+        allow = set(allowed)
+        return [spec.catalog_entry() for name, spec in self._specs.items() if name in allow]
+
+
+def load_toolset(source: str | Path) -> Toolset:
+    """Load a toolset from a Python file path or an importable module name.
+
+    Raises:
+        ToolsetError: the file or module does not exist, fails to import, or defines no tool.
+    """
+    module = _import_source(source)
+    listed = getattr(module, "TOOLS", None)
+    if listed is not None:
+        if not isinstance(listed, list | tuple) or not all(
+            callable(f) or isinstance(f, ToolSpec) for f in listed
+        ):
+            raise ToolsetError(f"{source}: TOOLS must be a list of functions")
+        functions: list[Any] = list(listed)
+    else:
+        functions = [
+            obj
+            for name, obj in vars(module).items()
+            if not name.startswith("_")
+            and inspect.isfunction(obj)
+            and obj.__module__ == module.__name__
+            and obj.__annotations__
+        ]
+    if not functions:
+        raise ToolsetError(
+            f"{source}: no tools found; define typed public functions or a TOOLS list"
+        )
+    return Toolset.from_functions(functions)
+
+
+def _import_source(source: str | Path) -> ModuleType:
+    text = str(source)
+    looks_like_path = text.endswith(".py") or "/" in text or "\\" in text
+    if looks_like_path:
+        return _import_file(Path(text))
+    try:
+        return importlib.import_module(text)
+    except ModuleNotFoundError as exc:
+        if exc.name and text.startswith(exc.name):
+            raise ToolsetError(
+                f"toolset {text!r} is neither a .py file nor an importable module"
+            ) from exc
+        raise ToolsetError(f"toolset {text!r} failed to import: {exc}") from exc
+    except Exception as exc:
+        raise ToolsetError(f"toolset {text!r} failed to import: {exc}") from exc
+
+
+def _import_file(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise ToolsetError(f"toolset file {str(path)!r} does not exist")
+    resolved = path.resolve()
+    module_name = f"taskdecomp_toolset_{abs(hash(str(resolved))):x}"
+    spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if spec is None or spec.loader is None:
+        raise ToolsetError(f"toolset file {str(path)!r} cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise ToolsetError(f"toolset file {str(path)!r} failed to import: {exc}") from exc
+    return module
