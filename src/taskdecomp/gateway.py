@@ -60,16 +60,23 @@ class ToolGateway:
         self._denied.add(name)
 
     async def call(
-        self, name: str, args: Mapping[str, Any], *, idempotency_key: str | None = None
+        self,
+        name: str,
+        args: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        digest: str | None = None,
     ) -> Any:
         """Call tool ``name`` with ``args`` and return its JSON-safe observation.
+
+        ``digest`` is ``args_hash(args)`` when the caller has already computed it.
 
         Raises:
             StopRun: ``max_tool_calls``, ``tool_denied:<n>``, ``tool_missing:<n>``,
                 ``loop_detected``, ``tool_bad_args:<n>``, ``tool_timeout:<n>`` or
                 ``tool_error:<n>``.
         """
-        spec = self._admit(name, args)
+        spec = self._admit(name, args, digest or args_hash(args))
         try:
             kwargs = spec.args_model.model_validate(dict(args)).model_dump()
         except ValidationError as exc:
@@ -87,7 +94,7 @@ class ToolGateway:
                 message=f"returned a value that is not JSON-serializable: {exc}",
             ) from exc
 
-    def _admit(self, name: str, args: Mapping[str, Any]) -> ToolSpec:
+    def _admit(self, name: str, args: Mapping[str, Any], digest: str) -> ToolSpec:
         self.meter.count_tool_call()
         if name not in self.allow or name in self._denied:
             raise StopRun(with_detail("tool_denied", name), message=f"tool {name!r} is denied")
@@ -98,7 +105,7 @@ class ToolGateway:
                 with_detail("tool_missing", name),
                 message=f"tool {name!r} is allowed but not registered; registered: {known}",
             )
-        signature = f"{name}:{args_hash(args)}"
+        signature = f"{name}:{digest}"
         if signature in self._seen_calls:
             raise StopRun(stops.LOOP_DETECTED, message=f"repeated call {signature}")
         self._seen_calls.add(signature)

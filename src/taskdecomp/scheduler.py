@@ -1,6 +1,6 @@
 """The scheduler: runs a plan's steps through the gateway.
 
-A plan without ``depends_on`` runs in order, one step at a time. A plan with it is a DAG:
+A plan without ``depends_on`` runs in order, one step at a time, inline. A plan with it is a DAG:
 every step whose prerequisites have finished is ready, and ready steps run concurrently, at
 most ``max_parallel`` at once, started in plan order. The first step that stops the run
 cancels the others. The run's deadline is the caller's ``asyncio.timeout``; cancellation
@@ -10,7 +10,8 @@ reaches in-flight steps wherever they are.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import heapq
+from collections import defaultdict
 
 from taskdecomp import stops
 from taskdecomp.events import StepFinished, StepStarted
@@ -34,43 +35,44 @@ async def execute_plan(plan: Plan, ctx: RunContext, *, max_parallel: int) -> Non
             message=f"the plan has {len(plan.steps)} steps; the budget allows "
             f"{ctx.meter.budget.max_execute_steps}",
         )
+    if not plan.is_dag:
+        for step_no, step in enumerate(plan.steps, start=1):
+            await run_step(step_no, step, ctx)
+        return
+    await _execute_dag(plan, ctx, max_parallel=max_parallel)
+
+
+async def _execute_dag(plan: Plan, ctx: RunContext, *, max_parallel: int) -> None:
+    """Run ready steps concurrently; a heap of step numbers keeps starts in plan order."""
     numbers = {step.id: no for no, step in enumerate(plan.steps, start=1)}
-    waiting = {step.id: set(deps) for step, deps in zip(plan.steps, _deps(plan), strict=True)}
-    pending = list(plan.steps)
+    blocked = {step.id: len(set(step.depends_on or ())) for step in plan.steps}
+    dependents: dict[TaskId, list[TaskId]] = defaultdict(list)
+    for step in plan.steps:
+        for dep in set(step.depends_on or ()):
+            dependents[dep].append(step.id)
+    ready = [numbers[step_id] for step_id, count in blocked.items() if count == 0]
+    heapq.heapify(ready)
     running: dict[asyncio.Task[None], TaskId] = {}
+    finished = 0
     try:
-        while pending or running:
-            for step in _ready(pending, waiting, limit=max_parallel - len(running)):
-                pending.remove(step)
-                task = asyncio.create_task(run_step(numbers[step.id], step, ctx))
-                running[task] = step.id
-            if not running:  # unreachable for a validated plan; never wait forever
-                raise StopRun(stops.invalid_plan("cycle"), message="no step can start")
+        while ready or running:
+            while ready and len(running) < max_parallel:
+                step_no = heapq.heappop(ready)
+                step = plan.steps[step_no - 1]
+                running[asyncio.create_task(run_step(step_no, step, ctx))] = step.id
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in _in_plan_order(done, running, numbers):
-                finished = running.pop(task)
+            for task in sorted(done, key=lambda t: numbers[running[t]]):
+                step_id = running.pop(task)
                 task.result()  # re-raises the step's StopRun
-                for deps in waiting.values():
-                    deps.discard(finished)
+                finished += 1
+                for dependent in dependents[step_id]:
+                    blocked[dependent] -= 1
+                    if blocked[dependent] == 0:
+                        heapq.heappush(ready, numbers[dependent])
     finally:
         await _cancel(running)
-
-
-def _deps(plan: Plan) -> Iterable[tuple[TaskId, ...]]:
-    deps = plan.dependencies()
-    return (deps[step.id] for step in plan.steps)
-
-
-def _ready(pending: list[Step], waiting: dict[TaskId, set[TaskId]], *, limit: int) -> list[Step]:
-    return [step for step in pending if not waiting[step.id]][: max(limit, 0)]
-
-
-def _in_plan_order(
-    done: set[asyncio.Task[None]],
-    running: dict[asyncio.Task[None], TaskId],
-    numbers: dict[TaskId, int],
-) -> list[asyncio.Task[None]]:
-    return sorted(done, key=lambda task: numbers[running[task]])
+    if finished < len(plan.steps):  # unreachable for a validated plan; never wait forever
+        raise StopRun(stops.invalid_plan("cycle"), message="some steps can never start")
 
 
 async def _cancel(running: dict[asyncio.Task[None], TaskId]) -> None:
@@ -88,6 +90,7 @@ async def run_step(step_no: int, step: Step, ctx: RunContext) -> None:
     """
     ctx.events.emit(StepStarted(run_id=ctx.run_id, step_no=step_no, step=step))
     started = ctx.clock()
+    digest = args_hash(step.args)
 
     def record(
         ok: bool, *, reason: stops.StopReason | None = None, error: str | None = None
@@ -96,7 +99,7 @@ async def run_step(step_no: int, step: Step, ctx: RunContext) -> None:
             step_no=step_no,
             step_id=step.id,
             tool=step.tool,
-            args_hash=args_hash(step.args),
+            args_hash=digest,
             ok=ok,
             stop_reason=reason,
             error=error,
@@ -107,7 +110,7 @@ async def run_step(step_no: int, step: Step, ctx: RunContext) -> None:
 
     try:
         observation = await ctx.gateway.call(
-            step.tool, step.args, idempotency_key=f"{ctx.run_id}:{step.id}"
+            step.tool, step.args, idempotency_key=f"{ctx.run_id}:{step.id}", digest=digest
         )
     except StopRun as stop:
         entry = record(False, reason=stop.reason, error=stop.message or None)

@@ -203,4 +203,8 @@ def run_sync(goal: str, **kwargs: Any) -> RunResult:
     Raises:
         RuntimeError: when called from inside a running event loop (use ``await run(...)``).
     """
-    return asyncio.run(run(goal, **kwargs))
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run(goal, **kwargs))
+    raise RuntimeError("run_sync() cannot run inside an event loop; use `await run(...)`")

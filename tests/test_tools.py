@@ -1,0 +1,123 @@
+"""Toolsets: loading, @tool options, argument schemas from type hints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from taskdecomp import Toolset, ToolsetError, ToolSpec, load_toolset, tool
+from tests.conftest import SALES_TOOLS
+from tests.support import SEED_TOOLS
+
+
+def test_the_seed_toolset_loads_unchanged() -> None:
+    toolset = load_toolset(SALES_TOOLS)
+    assert sorted(toolset) == sorted(SEED_TOOLS)
+    schema = toolset["get_manager_profile"].args_schema()
+    assert schema["properties"]["manager_id"]["type"] == "integer"
+    assert schema["required"] == ["manager_id"]
+    assert toolset["fetch_sales_data"].side_effects == "read_only"
+
+
+def test_catalog_lists_only_allowed_tools_in_definition_order() -> None:
+    toolset = load_toolset(SALES_TOOLS)
+    names = [
+        e["name"] for e in toolset.catalog(["detect_risk_signals", "get_manager_profile", "x"])
+    ]
+    assert names == ["get_manager_profile", "detect_risk_signals"]
+
+
+def test_tool_options_and_hidden_idempotency_key() -> None:
+    @tool(description="Send the report", timeout=2.5, side_effects="idempotent")
+    def send(to: str, idempotency_key: str | None = None) -> str:
+        """Docstring line."""
+        return to
+
+    spec = ToolSpec.from_function(send)
+    assert (spec.description, spec.timeout, spec.side_effects) == (
+        "Send the report",
+        2.5,
+        "idempotent",
+    )
+    assert spec.takes_idempotency_key
+    assert "idempotency_key" not in spec.args_schema()["properties"]
+    assert send("x") == "x"  # the function stays callable
+
+
+def test_description_defaults_to_the_docstring() -> None:
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up.
+
+        More words.
+        """
+        return key
+
+    assert ToolSpec.from_function(lookup).description == "Look a key up."
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"side_effects": "risky"}, "side_effects"), ({"timeout": 0}, "timeout")],
+)
+def test_bad_tool_options_are_refused(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        tool(**kwargs)  # type: ignore[arg-type]
+
+
+def test_tools_list_wins_over_public_functions(tmp_path: Path) -> None:
+    path = tmp_path / "mytools.py"
+    path.write_text(
+        "def a(x: int) -> int:\n    return x\n\n"
+        "def b(x: int) -> int:\n    return x\n\n"
+        "TOOLS = [b]\n"
+    )
+    assert list(load_toolset(path)) == ["b"]
+
+
+def test_only_typed_public_functions_defined_in_the_file_count(tmp_path: Path) -> None:
+    path = tmp_path / "mytools.py"
+    path.write_text(
+        "from os.path import join\n\n"
+        "def typed(x: int) -> int:\n    return x\n\n"
+        "def untyped(x):\n    return x\n\n"
+        "def _private(x: int) -> int:\n    return x\n"
+    )
+    assert list(load_toolset(str(path))) == ["typed"]
+
+
+def test_a_module_name_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pkg_tools_mod.py").write_text("def hello(name: str) -> str:\n    return name\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert list(load_toolset("pkg_tools_mod")) == ["hello"]
+
+
+@pytest.mark.parametrize(
+    ("content", "source", "message"),
+    [
+        (None, "missing.py", "does not exist"),
+        (None, "no_such_module_xyz", "neither a .py file nor an importable module"),
+        ("raise RuntimeError('bad import')\n", "broken.py", "failed to import: bad import"),
+        ("X = 1\n", "empty.py", "no tools found"),
+        ("TOOLS = 3\n", "weird.py", "TOOLS must be a list"),
+        ("def f(x: 'Nope') -> int:\n    return 1\n", "hint.py", "cannot read its type hints"),
+        ("def f(x: int, /) -> int:\n    return 1\n", "posonly.py", "positional-only"),
+    ],
+)
+def test_bad_toolsets_are_config_errors(
+    tmp_path: Path, content: str | None, source: str, message: str
+) -> None:
+    if content is not None:
+        (tmp_path / source).write_text(content)
+    target = str(tmp_path / source) if source.endswith(".py") else source
+    with pytest.raises(ToolsetError, match=message):
+        load_toolset(target)
+
+
+def test_duplicate_names_are_refused() -> None:
+    def a(x: int) -> int:
+        return x
+
+    with pytest.raises(ToolsetError, match="defined twice"):
+        Toolset.from_functions([a, a])
