@@ -11,13 +11,19 @@ combine call writes the answer. Every run ends with an explicit stop reason.
 """
 
 from taskdecomp.budget import Budget, Usage
+from taskdecomp.decomposition import DecompOptions, DecompositionResult
 from taskdecomp.errors import (
     ConfigError,
+    CorruptRecordError,
     ModelError,
     ModelNotFoundError,
     ModelTimeoutError,
+    RunNotFoundError,
+    StoreError,
+    StoreValueError,
     TaskdecompError,
     ToolsetError,
+    TreeNotFoundError,
 )
 from taskdecomp.events import (
     Event,
@@ -42,13 +48,20 @@ from taskdecomp.plan import Plan, Step, TaskId
 from taskdecomp.policy import parse_model_json, validate_plan_action
 from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
 from taskdecomp.stops import CODES, StopReason, StopRun, is_known
-from taskdecomp.strategies.plan_execute import run, run_sync
+from taskdecomp.store import SqlStore, open_store
+from taskdecomp.store.trees import TreeRepository
+from taskdecomp.strategies.decompose import PlanDecomposer
+from taskdecomp.strategies.plan_execute import resume, run, run_sync
 from taskdecomp.tools import Toolset, ToolSpec, load_toolset, tool
+from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTree, PlanTreeId
 
 __all__ = [
     "Budget",
     "CODES",
     "ConfigError",
+    "CorruptRecordError",
+    "DecompOptions",
+    "DecompositionResult",
     "Event",
     "EventBus",
     "HistoryEntry",
@@ -59,18 +72,28 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelTimeoutError",
+    "NewNode",
+    "NodeId",
     "Plan",
     "PlanCreated",
+    "PlanDecomposer",
+    "PlanNode",
+    "PlanTree",
+    "PlanTreeId",
     "RunId",
+    "RunNotFoundError",
     "RunResult",
     "RunStarted",
     "RunStopped",
     "ScriptedModel",
+    "SqlStore",
     "Step",
     "StepFinished",
     "StepStarted",
     "StopReason",
     "StopRun",
+    "StoreError",
+    "StoreValueError",
     "TaskId",
     "TaskdecompError",
     "ToolGateway",
@@ -78,13 +101,17 @@ __all__ = [
     "Toolset",
     "ToolsetError",
     "TraceEntry",
+    "TreeNotFoundError",
+    "TreeRepository",
     "Usage",
     "args_hash",
     "is_known",
     "load_toolset",
+    "open_store",
     "parse_model_json",
     "register_provider",
     "resolve_model",
+    "resume",
     "run",
     "run_sync",
     "tool",

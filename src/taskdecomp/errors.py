@@ -5,7 +5,12 @@
     TaskdecompError                 anything taskdecomp raises on purpose
     ├── ConfigError                 the caller must change something before running
     │   ├── ToolsetError            a toolset path/module cannot be loaded or is malformed
-    │   └── ModelNotFoundError      a model string names no provider, or a bad file
+    │   ├── ModelNotFoundError      a model string names no provider, or a bad file
+    │   └── StoreError              the run store cannot be opened, reached or written
+    │       ├── RunNotFoundError    no stored run has that id
+    │       ├── StoreValueError     a value cannot be stored (too long for the store)
+    │       ├── CorruptRecordError  a stored row does not decode; it is never guessed at
+    │       └── TreeNotFoundError   no stored plan tree or node has that id
     └── ModelError                  a model call failed (adapters convert SDK errors here)
         └── ModelTimeoutError       the model did not answer in time
 
@@ -31,6 +36,26 @@ class ToolsetError(ConfigError):
 
 class ModelNotFoundError(ConfigError):
     """A model string does not resolve to a provider."""
+
+
+class StoreError(ConfigError):
+    """The run store cannot be opened, reached or written: fix the URL, the file or the server."""
+
+
+class RunNotFoundError(StoreError):
+    """No stored run has the given id."""
+
+
+class StoreValueError(StoreError):
+    """A value cannot be stored as it is (it is longer than the store keeps)."""
+
+
+class CorruptRecordError(StoreError):
+    """A stored row does not decode; the run is refused rather than guessed at."""
+
+
+class TreeNotFoundError(StoreError):
+    """No stored plan tree (or node) has the given id."""
 
 
 class ModelError(TaskdecompError):

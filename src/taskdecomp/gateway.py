@@ -59,6 +59,10 @@ class ToolGateway:
         """Revoke a tool for the rest of the run (kill switch): later calls get ``tool_denied``."""
         self._denied.add(name)
 
+    def remember(self, name: str, args: Mapping[str, Any]) -> None:
+        """Count a call made before a resume, so loop detection sees it."""
+        self._seen_calls.add(f"{name}:{args_hash(args)}")
+
     async def call(
         self,
         name: str,

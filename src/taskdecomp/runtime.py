@@ -1,8 +1,9 @@
 """What every strategy shares while a run is in flight.
 
-:class:`RunContext` bundles a run's parts (model, gateway, meter, events, clock) and
-collects its trace and history. :meth:`RunContext.ask` is the one way a strategy calls a
-model: it enforces the model budgets and turns model failures into stop reasons.
+:class:`RunContext` bundles a run's parts (model, gateway, meter, events, clock, and the
+journal of a stored run) and collects its trace and history. :meth:`RunContext.ask` is the
+one way a strategy calls a model: it enforces the model budgets and turns model failures
+into stop reasons.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 
 from taskdecomp import stops
 from taskdecomp.budget import Meter
+from taskdecomp.durable import Journal
 from taskdecomp.errors import ModelError, ModelTimeoutError
 from taskdecomp.events import EventBus, ModelCalled
 from taskdecomp.gateway import ToolGateway
@@ -37,6 +39,8 @@ class RunContext:
     clock: Clock = time.monotonic
     trace: list[TraceEntry] = field(default_factory=list)
     history: list[HistoryEntry] = field(default_factory=list)
+    journal: Journal | None = None
+    """Where the run is checkpointed; ``None`` keeps it in memory only."""
 
     async def ask(self, request: ModelRequest, *, model: Model | None = None) -> ModelResponse:
         """Call the model within the budgets.

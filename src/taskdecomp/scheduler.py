@@ -5,6 +5,9 @@ every step whose prerequisites have finished is ready, and ready steps run concu
 most ``max_parallel`` at once, started in plan order. The first step that stops the run
 cancels the others. The run's deadline is the caller's ``asyncio.timeout``; cancellation
 reaches in-flight steps wherever they are.
+
+When the run has a journal, every step is checkpointed as it ends, before the next step can
+start; an ``unsafe`` tool's intent is committed before it is called.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections import defaultdict
+from collections.abc import Collection
 
 from taskdecomp import stops
+from taskdecomp.durable import Attempt
 from taskdecomp.events import StepFinished, StepStarted
 from taskdecomp.gateway import args_hash
 from taskdecomp.plan import Plan, Step, TaskId
@@ -22,8 +27,13 @@ from taskdecomp.runtime import RunContext
 from taskdecomp.stops import StopRun
 
 
-async def execute_plan(plan: Plan, ctx: RunContext, *, max_parallel: int) -> None:
-    """Run every step of ``plan``, recording trace and history in ``ctx``.
+async def execute_plan(
+    plan: Plan, ctx: RunContext, *, max_parallel: int, done: Collection[TaskId] = frozenset()
+) -> None:
+    """Run every step of ``plan`` not in ``done``, recording trace and history in ``ctx``.
+
+    ``done`` holds the steps a resumed run finished before; their history is already in
+    ``ctx`` and they count as finished prerequisites.
 
     Raises:
         StopRun: ``max_execute_steps`` before anything runs when the plan is too long, or the
@@ -37,23 +47,27 @@ async def execute_plan(plan: Plan, ctx: RunContext, *, max_parallel: int) -> Non
         )
     if not plan.is_dag:
         for step_no, step in enumerate(plan.steps, start=1):
-            await run_step(step_no, step, ctx)
+            if step.id not in done:
+                await run_step(step_no, step, ctx)
         return
-    await _execute_dag(plan, ctx, max_parallel=max_parallel)
+    await _execute_dag(plan, ctx, max_parallel=max_parallel, skip=frozenset(done))
 
 
-async def _execute_dag(plan: Plan, ctx: RunContext, *, max_parallel: int) -> None:
+async def _execute_dag(
+    plan: Plan, ctx: RunContext, *, max_parallel: int, skip: frozenset[TaskId]
+) -> None:
     """Run ready steps concurrently; a heap of step numbers keeps starts in plan order."""
     numbers = {step.id: no for no, step in enumerate(plan.steps, start=1)}
-    blocked = {step.id: len(set(step.depends_on or ())) for step in plan.steps}
+    todo = [step for step in plan.steps if step.id not in skip]
+    blocked = {step.id: len(set(step.depends_on or ()) - skip) for step in todo}
     dependents: dict[TaskId, list[TaskId]] = defaultdict(list)
-    for step in plan.steps:
-        for dep in set(step.depends_on or ()):
+    for step in todo:
+        for dep in set(step.depends_on or ()) - skip:
             dependents[dep].append(step.id)
     ready = [numbers[step_id] for step_id, count in blocked.items() if count == 0]
     heapq.heapify(ready)
     running: dict[asyncio.Task[None], TaskId] = {}
-    finished = 0
+    finished = len(plan.steps) - len(blocked)
     try:
         while ready or running:
             while ready and len(running) < max_parallel:
@@ -108,18 +122,38 @@ async def run_step(step_no: int, step: Step, ctx: RunContext) -> None:
         ctx.trace.append(entry)
         return entry
 
+    key = f"{ctx.run_id}:{step.id}"
+    attempt = _begin(ctx, step_no, step, key)
     try:
         observation = await ctx.gateway.call(
-            step.tool, step.args, idempotency_key=f"{ctx.run_id}:{step.id}", digest=digest
+            step.tool, step.args, idempotency_key=key, digest=digest
         )
+        if attempt is not None:
+            attempt.check(step.tool, observation)
     except StopRun as stop:
         entry = record(False, reason=stop.reason, error=stop.message or None)
         ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry))
+        if attempt is not None:
+            attempt.failed(entry)
         raise
     except asyncio.CancelledError:
         entry = record(False, error="cancelled before it finished")
         ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry))
+        if attempt is not None:
+            attempt.cancelled(entry)
         raise
     entry = record(True)
-    ctx.history.append(HistoryEntry(step_no=step_no, plan_step=step, observation=observation))
+    history = HistoryEntry(step_no=step_no, plan_step=step, observation=observation)
+    ctx.history.append(history)
     ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry, observation=observation))
+    if attempt is not None:
+        attempt.succeeded(entry, history)
+
+
+def _begin(ctx: RunContext, step_no: int, step: Step, key: str) -> Attempt | None:
+    """Start the step's attempt in the journal (committing an ``unsafe`` intent), if any."""
+    if ctx.journal is None:
+        return None
+    spec = ctx.gateway.toolset.get(step.tool)
+    side_effects = spec.side_effects if spec is not None else "read_only"
+    return ctx.journal.begin(step_no, step, side_effects=side_effects, key=key)

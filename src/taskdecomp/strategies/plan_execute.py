@@ -5,7 +5,8 @@
 3. The scheduler runs the steps through the gateway (in order, or as a DAG).
 4. One combine call, without tools, writes the answer from the history.
 
-Every run returns a :class:`~taskdecomp.run.RunResult` with a stop reason.
+Every run returns a :class:`~taskdecomp.run.RunResult` with a stop reason. Given a store,
+a run is checkpointed after every step and :func:`resume` continues it after a crash.
 """
 
 from __future__ import annotations
@@ -17,18 +18,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from taskdecomp import stops
-from taskdecomp.budget import MIN_PLAN_STEPS, Budget, Meter
+from taskdecomp import durable, stops
+from taskdecomp.budget import MIN_PLAN_STEPS, Budget, Meter, Usage
+from taskdecomp.durable import Journal
 from taskdecomp.events import EventBus, PlanCreated, RunStarted, RunStopped, Subscriber
 from taskdecomp.gateway import ToolGateway
 from taskdecomp.models import Model, ModelRequest, resolve_model
-from taskdecomp.plan import Plan
+from taskdecomp.models.schemas import plan_schema
+from taskdecomp.plan import Plan, TaskId
 from taskdecomp.policy import parse_model_json, validate_plan_action
 from taskdecomp.prompts import render
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext
 from taskdecomp.scheduler import execute_plan
 from taskdecomp.stops import LlmPhase, StopReason, StopRun
+from taskdecomp.store.base import Store, StoredRun
 from taskdecomp.tools import Toolset, ToolSpec, load_toolset
 
 ToolsArg = Toolset | str | Path | Iterable[Callable[..., Any] | ToolSpec]
@@ -72,6 +76,7 @@ async def run(
     on_event: Subscriber | None = None,
     run_id: RunId | None = None,
     clock: Clock | None = None,
+    store: Store | None = None,
 ) -> RunResult:
     """Plan, execute and combine ``goal``; always returns a result, never raises for a run failure.
 
@@ -85,17 +90,138 @@ async def run(
         on_event: receives every event of the run.
         run_id: use this id instead of a fresh one.
         clock: monotonic clock, for tests.
+        store: keep the run there, checkpointed after every step, so :func:`resume` can
+            continue it; default: nothing is stored.
 
     Raises:
         ConfigError: the toolset or a model string cannot be loaded (before the run starts).
+        StoreError: the store cannot be written; the run is then left to :func:`resume`.
     """
     toolset = as_toolset(tools)
     budget = budget or Budget()
+    ctx = _context(
+        goal, toolset, resolve_model(model), allow, budget, on_event, run_id or new_run_id()
+    )
+    if clock is not None:
+        ctx.clock = clock
+    combiner = resolve_model(combiner_model) if combiner_model is not None else None
+    started = ctx.clock()
+    if store is not None:
+        new = durable.new_run(
+            ctx.run_id,
+            goal,
+            tools=tools,
+            model=model,
+            combiner_model=combiner_model,
+            allow=ctx.gateway.allow,
+            budget=budget,
+        )
+        ctx.journal = _journal(ctx, store, segment=1, started=started)
+        store.create_run(new)
+    return await _execute(ctx, _Outcome(), budget, combiner, started=started)
+
+
+async def resume(
+    run_id: str,
+    *,
+    store: Store,
+    tools: ToolsArg | None = None,
+    model: Model | str | None = None,
+    allow: Iterable[str] | None = None,
+    budget: Budget | None = None,
+    combiner_model: Model | str | None = None,
+    on_event: Subscriber | None = None,
+    clock: Clock | None = None,
+) -> RunResult:
+    """Continue a stored run that crashed, was killed, or stopped on ``max_seconds``.
+
+    The stored plan is reused and finished steps are not run again; their history comes
+    from the store. An unfinished step runs again when its tool is ``read_only`` or
+    ``idempotent`` (with the same idempotency key). An ``unsafe`` step that started and
+    left no result is never called again: the run stops with
+    ``interrupted_unknown_outcome:<step>`` for a human to decide. The deadline
+    (``max_seconds``) starts afresh.
+
+    Budgets cover the whole run: model calls, tokens and cost spent before the resume
+    count; each finished step counts as one tool call and loop detection knows its call,
+    while an attempt that left no result is not counted (it is retried, not repeated).
+
+    A run that has already ended (any other stop reason) is returned as stored and
+    nothing is written.
+
+    Args:
+        run_id: the stored run.
+        store: where it is stored.
+        tools: the toolset; default: the one stored with the run.
+        model: the planner model; default: the one stored with the run.
+        allow: tools the plan may use; default: the stored list.
+        budget: limits; default: the stored budget.
+        combiner_model: the combine call's model; default: the stored one, else ``model``.
+        on_event: receives every event of the resumed segment.
+        clock: monotonic clock, for tests.
+
+    Raises:
+        RunNotFoundError: no run has this id.
+        CorruptRecordError: the stored run does not decode.
+        ConfigError: no toolset or model was stored and none is given, or one cannot load.
+        StoreError: the store cannot be read or written.
+    """
+    stored = store.load_run(RunId(run_id))
+    if not stored.resumable:
+        return stored.result()
+    config = durable.stored_config(stored)
+    budget = budget or config.budget
+    toolset = as_toolset(
+        tools if tools is not None else durable.require(stored.tools, "tools", stored.run_id)
+    )
+    planner = resolve_model(model or durable.require(stored.model, "model", stored.run_id))
+    combiner_spec = combiner_model or config.combiner_model
+    combiner = resolve_model(combiner_spec) if combiner_spec is not None else None
+    allowed = config.allow if allow is None else allow
+    goal = stored.summary.goal
+    ctx = _context(goal, toolset, planner, allowed, budget, on_event, stored.run_id)
+    if clock is not None:
+        ctx.clock = clock
+    _restore(ctx, stored)
+    started = ctx.clock() - stored.usage.seconds
+    ctx.journal = _journal(ctx, store, segment=stored.segments + 1, started=started)
+    ctx.journal.reopened()
+    outcome = _Outcome(plan=stored.plan)
+    step_id = stored.in_doubt()
+    if step_id is None:
+        done = stored.finished_steps()
+        return await _execute(ctx, outcome, budget, combiner, started=started, done=done)
+    ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=goal))
+    outcome.stop(durable.interrupted(stored, step_id))
+    return _finish(ctx, outcome, started)
+
+
+def _restore(ctx: RunContext, stored: StoredRun) -> None:
+    """Put a stored run's trace, history and spending back into ``ctx``."""
+    ctx.trace.extend(stored.trace)
+    ctx.history.extend(stored.history)
+    meter, usage = ctx.meter, stored.usage
+    meter.llm_calls, meter.cost_usd = usage.llm_calls, usage.cost_usd
+    meter.tokens_in, meter.tokens_out = usage.tokens_in, usage.tokens_out
+    meter.tool_calls = len(stored.history)
+    for entry in stored.history:
+        ctx.gateway.remember(entry.plan_step.tool, entry.plan_step.args)
+
+
+def _context(
+    goal: str,
+    toolset: Toolset,
+    model: Model,
+    allow: Iterable[str] | None,
+    budget: Budget,
+    on_event: Subscriber | None,
+    run_id: RunId,
+) -> RunContext:
     meter = Meter(budget=budget)
-    ctx = RunContext(
-        run_id=run_id or new_run_id(),
+    return RunContext(
+        run_id=run_id,
         goal=goal,
-        model=resolve_model(model),
+        model=model,
         gateway=ToolGateway(
             allow=toolset.keys() if allow is None else allow,
             toolset=toolset,
@@ -105,14 +231,29 @@ async def run(
         meter=meter,
         events=EventBus([on_event] if on_event else []),
     )
-    if clock is not None:
-        ctx.clock = clock
-    combiner = resolve_model(combiner_model) if combiner_model is not None else None
-    started = ctx.clock()
-    ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=goal))
-    outcome = _Outcome()
+
+
+def _journal(ctx: RunContext, store: Store, *, segment: int, started: float) -> Journal:
+    def usage() -> Usage:
+        return ctx.meter.snapshot(seconds=ctx.clock() - started)
+
+    journal = Journal(store, ctx.run_id, segment=segment, usage=usage)
+    ctx.events.subscribe(journal)
+    return journal
+
+
+async def _execute(
+    ctx: RunContext,
+    outcome: _Outcome,
+    budget: Budget,
+    combiner: Model | None,
+    *,
+    started: float,
+    done: frozenset[TaskId] = frozenset(),
+) -> RunResult:
+    ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=ctx.goal))
     try:
-        await _run_phases(ctx, outcome, budget, combiner)
+        await _run_phases(ctx, outcome, budget, combiner, done)
     except asyncio.CancelledError:
         outcome.reason = stops.CANCELLED
         _finish(ctx, outcome, started)
@@ -123,14 +264,21 @@ async def run(
 
 
 async def _run_phases(
-    ctx: RunContext, outcome: _Outcome, budget: Budget, combiner: Model | None
+    ctx: RunContext,
+    outcome: _Outcome,
+    budget: Budget,
+    combiner: Model | None,
+    done: frozenset[TaskId],
 ) -> None:
     deadline = asyncio.timeout(budget.max_seconds)
     try:
         async with deadline:
-            outcome.plan = await _plan(ctx, outcome, budget)
-            ctx.events.emit(PlanCreated(run_id=ctx.run_id, plan=outcome.plan))
-            await execute_plan(outcome.plan, ctx, max_parallel=budget.max_parallel)
+            if outcome.plan is None:
+                outcome.plan = await _plan(ctx, outcome, budget)
+                ctx.events.emit(PlanCreated(run_id=ctx.run_id, plan=outcome.plan))
+                if ctx.journal is not None:
+                    ctx.journal.plan_created(outcome.plan)
+            await execute_plan(outcome.plan, ctx, max_parallel=budget.max_parallel, done=done)
             outcome.answer = await _combine(ctx, combiner)
     except StopRun as signal:
         outcome.stop(signal)
@@ -143,10 +291,11 @@ async def _run_phases(
 
 async def _plan(ctx: RunContext, outcome: _Outcome, budget: Budget) -> Plan:
     allowed = ctx.gateway.allow
+    catalog = ctx.gateway.toolset.catalog(allowed)
     payload = {
         "goal": ctx.goal,
         "max_plan_steps": budget.max_plan_steps,
-        "available_tools": ctx.gateway.toolset.catalog(allowed),
+        "available_tools": catalog,
     }
     system = render("planner", min_steps=MIN_PLAN_STEPS, max_steps=budget.max_plan_steps)
     request = ModelRequest(
@@ -155,6 +304,8 @@ async def _plan(ctx: RunContext, outcome: _Outcome, budget: Budget) -> Plan:
             {"role": "system", "content": system},
             {"role": "user", "content": json.dumps(payload, ensure_ascii=True)},
         ),
+        json_schema=plan_schema(catalog, min_steps=MIN_PLAN_STEPS, max_steps=budget.max_plan_steps),
+        schema_name="plan",
     )
     response = await ctx.ask(request)
     outcome.raw_plan = response.text
@@ -194,6 +345,8 @@ def _finish(ctx: RunContext, outcome: _Outcome, started: float) -> RunResult:
         usage=ctx.meter.snapshot(seconds=ctx.clock() - started),
     )
     ctx.events.emit(RunStopped(run_id=ctx.run_id, result=result))
+    if ctx.journal is not None:
+        ctx.journal.finished(result)
     return result
 
 

@@ -1,0 +1,38 @@
+"""The ``taskdecomp`` command line.
+
+Exit codes: 0 when the work succeeded, 1 when it stopped for any other reason, 2 for a usage
+or configuration error (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from taskdecomp.cli import runs, trees
+from taskdecomp.cli._app import EXIT_USAGE, app
+from taskdecomp.errors import ConfigError
+
+__all__ = ["app", "main", "runs", "trees"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI and exit with its code."""
+    try:
+        code = app.main(args=argv, prog_name="taskdecomp", standalone_mode=False)
+    except click.UsageError as exc:
+        _fail(exc.format_message())
+    except click.ClickException as exc:
+        _fail(exc.format_message())
+    except click.Abort:
+        _fail("aborted")
+    except ConfigError as exc:
+        _fail(str(exc))
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str) -> None:
+    first = " ".join(message.split())
+    print(f"taskdecomp: error: {first}", file=sys.stderr)
+    sys.exit(EXIT_USAGE)

@@ -1,0 +1,309 @@
+"""The journal: how a run in flight writes itself to a store.
+
+A :class:`Journal` belongs to one segment of one run (the first execution, or a resume). It
+subscribes to the run's events and keeps them until the next write, so events land in the
+same transaction as the plan, the checkpoint or the end they belong to. The scheduler calls
+it around every step:
+
+- :meth:`Journal.begin` commits the intent before an ``unsafe`` tool is called (other
+  classes may run again, so they write nothing yet);
+- :meth:`Attempt.succeeded` is the checkpoint: attempt, trace entry, history entry, usage
+  and events in one transaction, before the next step can start;
+- :meth:`Attempt.failed` and :meth:`Attempt.cancelled` record attempts that ended otherwise.
+
+Writes are synchronous and short (about a millisecond a checkpoint on SQLite, see
+``bench/store.py``): a write cannot be torn by the cancellation of the task that makes it,
+and writes happen in the order the engine made them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, assert_never
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from taskdecomp import stops
+from taskdecomp.budget import Budget, Usage
+from taskdecomp.errors import ConfigError, CorruptRecordError, StoreError, StoreValueError
+from taskdecomp.events import (
+    Event,
+    ModelCalled,
+    PlanCreated,
+    RunStarted,
+    RunStopped,
+    StepFinished,
+    StepStarted,
+)
+from taskdecomp.plan import Plan, Step, TaskId
+from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
+from taskdecomp.stops import StopRun, with_detail
+from taskdecomp.store.base import (
+    AttemptStart,
+    AttemptState,
+    Checkpoint,
+    EventRecord,
+    NewRun,
+    Store,
+    StoredRun,
+)
+from taskdecomp.store.codec import encode_json
+from taskdecomp.tools import SideEffects
+
+logger = logging.getLogger(__name__)
+
+MAX_STORED_ERROR_CHARS = 100_000
+"""A stored error message longer than this is cut (the run's own result keeps it whole)."""
+
+
+class Journal:
+    """Writes one segment of a run to ``store``.
+
+    Args:
+        store: where the run is kept.
+        run_id: the run.
+        segment: 1 for a new run, 2 for its first resume, and so on.
+        usage: what the run has spent so far (stored with each checkpoint).
+        now: wall clock for event times.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        run_id: RunId,
+        *,
+        segment: int,
+        usage: Callable[[], Usage],
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.segment = segment
+        self._usage = usage
+        self._now = now
+        self._events: list[EventRecord] = []
+
+    def __call__(self, event: Event) -> None:
+        """Keep ``event`` for the next write (the journal is an event subscriber)."""
+        self._events.append(
+            EventRecord(kind=type(event).__name__, at=self._now(), data=_event_data(event))
+        )
+
+    def drain(self) -> list[EventRecord]:
+        """The events kept since the last write; the journal forgets them."""
+        events, self._events = self._events, []
+        return events
+
+    def reopened(self) -> None:
+        """Mark the stored run ``running`` again for this segment."""
+        self.store.reopen_run(self.run_id, segment=self.segment, events=self.drain())
+
+    def plan_created(self, plan: Plan) -> None:
+        """Store the validated plan."""
+        self.store.save_plan(self.run_id, plan, events=self.drain())
+
+    def begin(self, step_no: int, step: Step, *, side_effects: SideEffects, key: str) -> Attempt:
+        """Start an attempt at ``step``; for an ``unsafe`` tool, commit the intent first."""
+        start = AttemptStart(
+            step_no=step_no,
+            step_id=step.id,
+            segment=self.segment,
+            side_effects=side_effects,
+            idempotency_key=key,
+        )
+        attempt_id = None
+        if side_effects == "unsafe":
+            attempt_id = self.store.record_intent(self.run_id, start)
+        return Attempt(self, start, attempt_id)
+
+    def finished(self, result: RunResult) -> None:
+        """Store how the run ended."""
+        self.store.finish_run(self.run_id, result, events=self.drain())
+
+    def usage(self) -> Usage:
+        """What the run has spent so far, across segments."""
+        return self._usage()
+
+
+class Attempt:
+    """One attempt at a step; ends with exactly one of the methods below."""
+
+    def __init__(self, journal: Journal, start: AttemptStart, attempt_id: int | None) -> None:
+        self._journal = journal
+        self._start = start
+        self._attempt_id = attempt_id
+
+    def check(self, tool: str, observation: Any) -> None:
+        """Refuse an observation the store cannot keep, before anything is recorded.
+
+        Raises:
+            StopRun: ``tool_error:<tool>`` saying why the value cannot be stored.
+        """
+        try:
+            encode_json(observation, what=f"the observation of step {self._start.step_id!r}")
+        except StoreValueError as exc:
+            raise StopRun(with_detail("tool_error", tool), message=str(exc)) from exc
+
+    def succeeded(self, entry: TraceEntry, history: HistoryEntry) -> None:
+        """The checkpoint: the step's result, trace, usage and events in one transaction."""
+        self._write("ok", entry, history)
+
+    def failed(self, entry: TraceEntry) -> None:
+        """The tool failed or the gateway refused it; the outcome is known."""
+        self._write("failed", entry, None)
+
+    def cancelled(self, entry: TraceEntry) -> None:
+        """The attempt was cancelled before it ended; an ``unsafe`` outcome stays unknown.
+
+        A failed write is logged, not raised, so the cancellation goes on; the attempt then
+        reads as a crash, which resume treats the same way.
+        """
+        try:
+            self._write("cancelled", entry, None)
+        except StoreError:
+            logger.exception("could not record the cancelled attempt at %r", self._start.step_id)
+
+    def _write(self, state: AttemptState, entry: TraceEntry, history: HistoryEntry | None) -> None:
+        journal = self._journal
+        if entry.error is not None and len(entry.error) > MAX_STORED_ERROR_CHARS:
+            entry = replace(entry, error=entry.error[:MAX_STORED_ERROR_CHARS] + " [cut]")
+        checkpoint = Checkpoint(
+            attempt=self._start,
+            attempt_id=self._attempt_id,
+            state=state,
+            trace=entry,
+            history=history,
+            usage=journal.usage(),
+            events=journal.drain(),
+        )
+        journal.store.checkpoint(journal.run_id, checkpoint)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoredConfig:
+    """The settings a run was stored with; a resume defaults to them."""
+
+    budget: Budget
+    allow: tuple[str, ...]
+    """The tools the run allowed."""
+    combiner_model: str | None
+
+
+class _ConfigModel(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    budget: dict[str, Any]
+    allow: list[str]
+    combiner_model: str | None = None
+
+
+def new_run(
+    run_id: RunId,
+    goal: str,
+    *,
+    tools: object,
+    model: object,
+    combiner_model: object,
+    allow: Iterable[str],
+    budget: Budget,
+) -> NewRun:
+    """What to store when a run starts: enough for a resume to rebuild it."""
+    config = {
+        "budget": asdict(budget),
+        "allow": sorted(allow),
+        "combiner_model": model_name(combiner_model),
+    }
+    return NewRun(
+        run_id=run_id, goal=goal, model=model_name(model), tools=tools_name(tools), config=config
+    )
+
+
+def model_name(model: object) -> str | None:
+    """A model's string: the string itself, or a model object's ``name``."""
+    if model is None or isinstance(model, str):
+        return model
+    name = getattr(model, "name", None)
+    return name if isinstance(name, str) else None
+
+
+def tools_name(tools: object) -> str | None:
+    """A toolset's source: a module name, or a file's absolute path; ``None`` for objects."""
+    if not isinstance(tools, str | Path):
+        return None
+    path = Path(tools)
+    return str(path.resolve()) if path.is_file() else str(tools)
+
+
+def stored_config(stored: StoredRun) -> StoredConfig:
+    """Decode the settings stored with a run.
+
+    Raises:
+        CorruptRecordError: they do not decode.
+    """
+    try:
+        raw = _ConfigModel.model_validate(stored.config)
+        budget = Budget(**raw.budget)
+    except (ValidationError, TypeError, ValueError) as exc:
+        problem = str(exc).strip().splitlines()[0]
+        raise CorruptRecordError(
+            f"stored run {stored.run_id!r}: runs.config does not decode ({problem}); "
+            "refusing to use it"
+        ) from exc
+    return StoredConfig(budget=budget, allow=tuple(raw.allow), combiner_model=raw.combiner_model)
+
+
+def require(value: str | None, what: str, run_id: RunId) -> str:
+    """A stored default that a resume needs.
+
+    Raises:
+        ConfigError: the run was stored without it (it was given as an object).
+    """
+    if value is None:
+        raise ConfigError(
+            f"run {run_id!r} was started with {what} given as Python objects, so none is "
+            f"stored; pass {what}= to resume (--{what} on the command line)"
+        )
+    return value
+
+
+def interrupted(stored: StoredRun, step_id: TaskId) -> StopRun:
+    """The stop for an ``unsafe`` step whose outcome is unknown."""
+    tool = next((s.tool for s in stored.plan.steps if s.id == step_id), "?") if stored.plan else "?"
+    return StopRun(
+        stops.interrupted_unknown_outcome(step_id),
+        message=f"step {step_id!r} called the unsafe tool {tool!r} and the run was "
+        "interrupted before its result was stored; it may or may not have taken effect, so it "
+        "is not called again: check by hand",
+    )
+
+
+def _event_data(event: Event) -> Mapping[str, Any]:
+    if isinstance(event, RunStarted):
+        return {}
+    if isinstance(event, ModelCalled):
+        return {
+            "phase": event.phase,
+            "ok": event.ok,
+            "tokens_in": event.tokens_in,
+            "tokens_out": event.tokens_out,
+            "seconds": round(event.seconds, 6),
+        }
+    if isinstance(event, PlanCreated):
+        return {"steps": len(event.plan.steps)}
+    if isinstance(event, StepStarted):
+        return {"step_no": event.step_no, "step_id": event.step.id, "tool": event.step.tool}
+    if isinstance(event, StepFinished):
+        return _short(event.entry.to_dict())
+    if isinstance(event, RunStopped):
+        return {"status": event.result.status, "stop_reason": event.result.stop_reason}
+    assert_never(event)
+
+
+def _short(data: dict[str, Any]) -> dict[str, Any]:
+    error = data.get("error")
+    if isinstance(error, str) and len(error) > MAX_STORED_ERROR_CHARS:
+        data["error"] = error[:MAX_STORED_ERROR_CHARS] + " [cut]"
+    return data

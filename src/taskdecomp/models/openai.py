@@ -1,0 +1,403 @@
+"""The ``openai`` provider: OpenAI and every OpenAI-compatible server.
+
+``openai:MODEL`` (or a bare ``openai``, meaning ``$OPENAI_MODEL``) talks to the Chat
+Completions API through the official SDK. The same client serves vLLM, Ollama, the llama.cpp
+server and LM Studio when ``OPENAI_BASE_URL`` (or ``--base-url``) points at them.
+
+What a call does:
+
+- **Structured output.** A request with a JSON schema is sent with ``response_format``
+  ``json_schema`` (``strict`` when the schema meets strict mode's rules, see
+  :func:`~taskdecomp.models.schemas.is_strict_compatible`). A server that refuses that
+  (400 or 422) is asked again with ``{"type": "json_object", "schema": ...}``, the form the
+  llama-cpp-python server and others take, then with plain ``json_object``; the model
+  remembers the first form that worked (:attr:`OpenAIModel.structured_output`).
+- **Timeouts.** One attempt may take ``OPENAI_TIMEOUT_SECONDS``; past that the call fails
+  with :class:`~taskdecomp.errors.ModelTimeoutError` (``llm_timeout``), not retried.
+- **Retries.** 408, 409, 429, 5xx and connection failures are retried with exponential
+  backoff and jitter (honouring ``Retry-After``), up to :attr:`RetryPolicy.attempts`
+  attempts. The SDK's own retries are off so there is one policy. Every call runs inside
+  the run's ``max_seconds`` deadline, so retries never outlive the run.
+- **Errors.** What is left becomes :class:`~taskdecomp.errors.ModelError` with a kind for
+  ``llm_error:<kind>``: ``auth``, ``permission``, ``not_found``, ``bad_request``,
+  ``quota``, ``rate_limit``, ``server``, ``connection`` or ``http_<status>``, and a
+  message that says how to fix it. The API key never appears in a message.
+- **Usage.** Tokens come from the response's ``usage`` (estimated when a server omits it);
+  cost from :data:`PRICES_PER_MTOK` on OpenAI's own endpoint, 0 elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from taskdecomp.errors import ConfigError, ModelError, ModelTimeoutError
+from taskdecomp.models.base import ModelRequest, ModelResponse, estimate_tokens
+from taskdecomp.models.schemas import is_strict_compatible
+from taskdecomp.settings import OpenAISettings, load_openai_settings
+
+if TYPE_CHECKING:
+    import openai
+    from openai.types.chat import ChatCompletion
+
+PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
+    "gpt-4.1": (2.00, 8.00),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1-nano": (0.10, 0.40),
+    "gpt-4o": (2.50, 10.00),
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-5": (1.25, 10.00),
+    "gpt-5-mini": (0.25, 2.00),
+    "gpt-5-nano": (0.05, 0.40),
+    "o3": (2.00, 8.00),
+    "o3-mini": (1.10, 4.40),
+    "o4-mini": (1.10, 4.40),
+}
+"""USD per million input and output tokens, by model; dated snapshots match their base."""
+
+OPENAI_HOSTS = ("api.openai.com",)
+"""Endpoints that bill at :data:`PRICES_PER_MTOK`; every other server costs 0."""
+
+_RETRY_STATUS = frozenset({408, 409, 429})
+_FALLBACK_STATUS = frozenset({400, 422})
+
+StructuredOutput = Literal["json_schema", "json_object+schema", "json_object"]
+"""The ``response_format`` forms tried, in order, for a request with a JSON schema."""
+_FORMATS: tuple[StructuredOutput, ...] = ("json_schema", "json_object+schema", "json_object")
+_MAX_RETRY_AFTER = 20.0
+_SNAPSHOT = re.compile(r"-\d{4}-\d{2}-\d{2}$")
+
+
+def price_usd(model: str, tokens_in: int, tokens_out: int) -> float:
+    """What ``tokens_in`` + ``tokens_out`` cost on OpenAI; 0 for a model not in the table.
+
+    A dated snapshot (``gpt-4.1-mini-2025-04-14``) is priced as its model.
+    """
+    prices = PRICES_PER_MTOK.get(_SNAPSHOT.sub("", model))
+    if prices is None:
+        return 0.0
+    price_in, price_out = prices
+    return (tokens_in * price_in + tokens_out * price_out) / 1_000_000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """How failed attempts are repeated."""
+
+    attempts: int = 4
+    """Most attempts per call, the first included."""
+    backoff_seconds: float = 0.5
+    """Wait before the second attempt; it doubles each time, with jitter."""
+    max_backoff_seconds: float = 8.0
+    """Longest wait between two attempts (``Retry-After`` included)."""
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {self.attempts!r}")
+        if self.backoff_seconds < 0 or self.max_backoff_seconds < 0:
+            raise ValueError("backoff_seconds and max_backoff_seconds must be >= 0")
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        if retry_after is not None:
+            return min(retry_after, self.max_backoff_seconds, _MAX_RETRY_AFTER)
+        base = min(self.backoff_seconds * 2.0 ** (attempt - 1), self.max_backoff_seconds)
+        return base * (0.5 + random.random() / 2)  # jitter spreads retries of parallel calls
+
+
+def openai_model(
+    name: str = "", *, base_url: str | None = None, settings: OpenAISettings | None = None
+) -> OpenAIModel:
+    """The model an ``openai:NAME`` string means, configured from the ``OPENAI_*`` settings.
+
+    Args:
+        name: the model; empty means ``$OPENAI_MODEL`` (default ``gpt-4.1-mini``).
+        base_url: overrides ``OPENAI_BASE_URL`` (the CLI's ``--base-url``).
+        settings: the settings to use; default: read the environment and ``.env``.
+
+    Raises:
+        ConfigError: a setting does not parse, or OpenAI itself is used without a key.
+    """
+    settings = settings or load_openai_settings()
+    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    return OpenAIModel(
+        name or settings.model,
+        api_key=key,
+        base_url=base_url or settings.base_url,
+        timeout=settings.timeout_seconds,
+    )
+
+
+class _Retry(Exception):
+    """Internal: this attempt failed in a way worth repeating."""
+
+    def __init__(self, error: ModelError, retry_after: float | None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.retry_after = retry_after
+
+
+class OpenAIModel:
+    """A model behind the OpenAI Chat Completions API.
+
+    Args:
+        model: the model name the server knows, e.g. ``gpt-4.1-mini``.
+        api_key: the key; required for OpenAI itself, optional for a server at ``base_url``.
+        base_url: an OpenAI-compatible server, e.g. ``http://127.0.0.1:8000/v1``.
+        timeout: seconds one attempt may take.
+        retry: how failed attempts are repeated.
+        max_output_tokens: cap on the answer's length (``max_tokens``); default: the server's.
+        temperature: sampling temperature; 0 (the seed's) keeps plans repeatable.
+        structured_output: the first ``response_format`` form to try. The llama-cpp-python
+            server accepts ``json_schema`` but ignores it; give it ``"json_object+schema"``.
+
+    Raises:
+        ConfigError: no API key for OpenAI's own endpoint, or a bad argument.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        max_output_tokens: int | None = None,
+        temperature: float = 0.0,
+        structured_output: StructuredOutput = "json_schema",
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        if not model:
+            raise ConfigError("the openai model needs a name: 'openai:gpt-4.1-mini'")
+        if timeout <= 0:
+            raise ConfigError(f"the openai timeout must be positive seconds, got {timeout!r}")
+        if not api_key and base_url is None:
+            raise ConfigError(
+                "OPENAI_API_KEY is not set: export OPENAI_API_KEY='sk-...' for OpenAI, or "
+                "point --base-url / OPENAI_BASE_URL at an OpenAI-compatible server"
+            )
+        self._model = model
+        self._api_key = api_key or "unused"  # compatible servers often want no key
+        self._base_url = base_url
+        self._timeout = timeout
+        self._retry = retry or RetryPolicy()
+        self._max_output_tokens = max_output_tokens
+        self._temperature = temperature
+        self._sleep = sleep
+        if structured_output not in _FORMATS:
+            raise ConfigError(
+                f"structured_output must be one of {', '.join(_FORMATS)}, got {structured_output!r}"
+            )
+        self._format: StructuredOutput = structured_output
+        self._priced = base_url is None or any(host in base_url for host in OPENAI_HOSTS)
+
+    @property
+    def name(self) -> str:
+        """The model string, ``openai:MODEL``."""
+        return f"openai:{self._model}"
+
+    @property
+    def structured_output(self) -> StructuredOutput:
+        """The ``response_format`` form this model sends with a JSON schema now."""
+        return self._format
+
+    @property
+    def base_url(self) -> str | None:
+        """The server, or ``None`` for OpenAI's own."""
+        return self._base_url
+
+    def __repr__(self) -> str:
+        return f"OpenAIModel({self._model!r}, base_url={self._base_url!r})"
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Send one chat completion, retrying what is worth retrying.
+
+        Raises:
+            ModelTimeoutError: an attempt took longer than the timeout.
+            ModelError: the server refused the call, or kept failing after the retries.
+        """
+        import openai
+
+        async with openai.AsyncOpenAI(
+            api_key=self._api_key,
+            base_url=self._base_url,
+            timeout=self._timeout,
+            max_retries=0,
+        ) as client:
+            attempt = 1
+            while True:
+                try:
+                    return await self._attempt(client, request)
+                except _Retry as retry:
+                    if attempt >= self._retry.attempts:
+                        raise retry.error from None
+                    await self._sleep(self._retry.delay(attempt, retry.retry_after))
+                    attempt += 1
+
+    async def _attempt(self, client: openai.AsyncOpenAI, request: ModelRequest) -> ModelResponse:
+        import openai
+
+        can_fall_back = request.json_schema is not None and self._format != _FORMATS[-1]
+        try:
+            completion = await client.chat.completions.create(**self._params(request))
+        except openai.APITimeoutError:
+            raise ModelTimeoutError(
+                f"{self.name} did not answer within {self._timeout:g}s; raise "
+                "OPENAI_TIMEOUT_SECONDS or pick a faster model"
+            ) from None
+        except openai.APIConnectionError as exc:
+            raise _Retry(self._connection_error(exc), None) from None
+        except openai.APIStatusError as exc:
+            if can_fall_back and exc.status_code in _FALLBACK_STATUS:
+                # the server does not take this form of structured output; try the next
+                self._format = _FORMATS[_FORMATS.index(self._format) + 1]
+                return await self._attempt(client, request)
+            error = self._status_error(exc)
+            if _retryable(exc):
+                raise _Retry(error, _retry_after(exc)) from None
+            raise error from None
+        return self._response(completion, request)
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": self._model,
+            "messages": [dict(message) for message in request.messages],
+            "temperature": self._temperature,
+        }
+        if self._max_output_tokens is not None:
+            params["max_tokens"] = self._max_output_tokens
+        schema = request.json_schema
+        if schema is None:
+            return params
+        if self._format == "json_schema":
+            params["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.schema_name,
+                    "schema": schema,
+                    "strict": is_strict_compatible(schema),
+                },
+            }
+        elif self._format == "json_object+schema":
+            params["response_format"] = {"type": "json_object", "schema": schema}
+        else:
+            params["response_format"] = {"type": "json_object"}
+        return params
+
+    def _response(self, completion: ChatCompletion, request: ModelRequest) -> ModelResponse:
+        if not completion.choices:
+            return ModelResponse(text="", tokens_in=estimate_tokens(request.text()))
+        choice = completion.choices[0]
+        text = choice.message.content or ""
+        usage = completion.usage
+        tokens_in = usage.prompt_tokens if usage else estimate_tokens(request.text())
+        tokens_out = usage.completion_tokens if usage else (estimate_tokens(text) if text else 0)
+        cost = price_usd(completion.model or self._model, tokens_in, tokens_out)
+        return ModelResponse(
+            text=text,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            cost_usd=cost if self._priced else 0.0,
+            finish_reason=choice.finish_reason,
+        )
+
+    def _connection_error(self, exc: openai.APIConnectionError) -> ModelError:
+        where = self._base_url or "OpenAI"
+        return ModelError(
+            "connection",
+            f"{self.name}: cannot reach {where!r} ({_cause(exc)}); check that the server is "
+            "running and that --base-url / OPENAI_BASE_URL is right",
+        )
+
+    def _status_error(self, exc: openai.APIStatusError) -> ModelError:
+        status = exc.status_code
+        detail = self._scrub(_server_message(exc))
+        where = self._base_url or "OpenAI"
+        if status == 401:
+            return ModelError(
+                "auth",
+                f"{self.name}: {where!r} refused the API key (401); set a valid OPENAI_API_KEY",
+            )
+        if status == 403:
+            return ModelError(
+                "permission",
+                f"{self.name}: the API key may not use this model (403): {detail}; "
+                "check the key's project and model access",
+            )
+        if status == 404:
+            return ModelError(
+                "not_found",
+                f"{self.name}: {where!r} does not know model {self._model!r} (404): {detail}; "
+                "pick another with --model or OPENAI_MODEL",
+            )
+        if status == 429 and _error_code(exc) == "insufficient_quota":
+            return ModelError("quota", f"{self.name}: the account is out of quota (429): {detail}")
+        if status == 429:
+            return ModelError(
+                "rate_limit",
+                f"{self.name}: still rate limited after {self._retry.attempts} attempts; "
+                "try again later or lower max_parallel",
+            )
+        if status >= 500:
+            return ModelError(
+                "server",
+                f"{self.name}: {where!r} failed with {status} after {self._retry.attempts} "
+                f"attempts: {detail}",
+            )
+        if status in _FALLBACK_STATUS:
+            return ModelError(
+                "bad_request", f"{self.name}: the server refused the request ({status}): {detail}"
+            )
+        return ModelError(f"http_{status}", f"{self.name}: HTTP {status}: {detail}")
+
+    def _scrub(self, text: str) -> str:
+        if self._api_key and self._api_key != "unused":
+            text = text.replace(self._api_key, "***")
+        return text[:500]
+
+
+def _retryable(exc: openai.APIStatusError) -> bool:
+    if exc.status_code == 429 and _error_code(exc) == "insufficient_quota":
+        return False
+    return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    value = exc.response.headers.get("retry-after")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
+def _error_code(exc: openai.APIStatusError) -> str | None:
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and isinstance(error.get("code"), str):
+            return str(error["code"])
+        if isinstance(body.get("code"), str):
+            return str(body["code"])
+    return None
+
+
+def _server_message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        return json.dumps(body)[:500]
+    return exc.response.text[:500] if exc.response is not None else str(exc)
+
+
+def _cause(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc.__context__
+    return f"{type(cause).__name__}: {cause}" if cause else str(exc)

@@ -1,0 +1,179 @@
+"""JSON schemas for structured output, built from the plan contract and the tool catalog.
+
+:func:`plan_schema` describes the planner's answer (``{"kind": "plan", "steps": [...]}``)
+for one set of tools, tightly enough that every answer matching it passes the policy
+boundary:
+
+- tool names are an enum, and each step's ``args`` follow that tool's argument schema (one
+  ``anyOf`` branch per tool);
+- step ``n`` has the id ``step_n``, so ids are unique, and its optional ``depends_on`` may
+  only name earlier steps, so dependencies are known and acyclic;
+- the plan has between the budget's fewest and most steps (one tuple per length);
+- titles and free-text string arguments are bounded, so a constrained model always
+  finishes (:data:`TITLE_PATTERN`, :data:`ARG_STRING_MAX_CHARS`).
+
+Providers use it to constrain the model (a grammar on the embedded model, an OpenAI
+``response_format`` elsewhere); the policy boundary still validates every answer.
+
+:func:`is_strict_compatible` tells whether a schema meets OpenAI's strict mode (every object
+closed and every key required), which the plan schema does not: ``depends_on`` stays
+optional, as the contract says.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+TITLE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ,.:;()'/&%#+=-]{0,59}$"
+"""Step titles the schema allows: plain text up to 60 characters, so a small model cannot
+ramble or break the JSON inside one (the policy accepts any non-blank title)."""
+ARG_STRING_MAX_CHARS = 120
+"""Longest free-text string argument the schema allows (where the tool sets no bound), so
+a constrained small model always finishes its JSON."""
+
+
+def step_id(position: int) -> str:
+    """The id the schema gives the step at 1-based ``position``."""
+    return f"step_{position}"
+
+
+def plan_schema(
+    catalog: Iterable[Mapping[str, Any]], *, min_steps: int, max_steps: int
+) -> dict[str, Any]:
+    """The JSON schema of a plan that uses only the tools in ``catalog``.
+
+    Args:
+        catalog: entries as :meth:`~taskdecomp.tools.Toolset.catalog` returns them
+            (``name``, ``description``, ``args``).
+        min_steps: fewest steps.
+        max_steps: most steps.
+
+    Returns:
+        A self-contained schema. Its ``$defs`` hold each tool's arguments
+        (``tool__<name>__args``, their own definitions renamed under the tool) and the
+        step at each position (``step_<n>``). With no tools, a step may name any tool (the
+        policy boundary then refuses the plan).
+    """
+    defs: dict[str, Any] = {}
+    tools = [_tool_args(entry, defs) for entry in catalog]
+    for position in range(1, max_steps + 1):
+        defs[step_id(position)] = _position(position, tools)
+    lengths = [
+        {
+            "type": "array",
+            "prefixItems": [{"$ref": f"#/$defs/{step_id(n)}"} for n in range(1, count + 1)],
+            "items": False,
+            "minItems": count,
+            "maxItems": count,
+        }
+        for count in range(min(min_steps, max_steps), max_steps + 1)
+    ]
+    return {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "enum": ["plan"]},
+            "steps": lengths[0] if len(lengths) == 1 else {"anyOf": lengths},
+        },
+        "required": ["kind", "steps"],
+        "additionalProperties": False,
+        "$defs": defs,
+    }
+
+
+def _tool_args(entry: Mapping[str, Any], defs: dict[str, Any]) -> tuple[str, str]:
+    """Hoist a tool's argument schema into ``defs``; return its name and ``$ref``."""
+    name = str(entry["name"])
+    args = copy.deepcopy(dict(entry.get("args") or {"type": "object"}))
+    own_defs = args.pop("$defs", {})
+    renames = {key: f"tool__{name}__defs__{key}" for key in own_defs}
+    for key, value in own_defs.items():
+        defs[renames[key]] = _bound_strings(_rename_refs(value, renames))
+    args = _bound_strings(_rename_refs(args, renames))
+    args.pop("title", None)
+    args.setdefault("type", "object")
+    defs[f"tool__{name}__args"] = args
+    return name, f"#/$defs/tool__{name}__args"
+
+
+def _position(position: int, tools: list[tuple[str, str]]) -> dict[str, Any]:
+    if not tools:
+        return _step_object(position, {"type": "string", "minLength": 1}, {"type": "object"})
+    variants = [
+        _step_object(position, {"type": "string", "enum": [name]}, {"$ref": ref})
+        for name, ref in tools
+    ]
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def _step_object(position: int, tool: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        "id": {"type": "string", "enum": [step_id(position)]},
+        "title": {"type": "string", "pattern": TITLE_PATTERN},
+        "tool": tool,
+        "args": args,
+    }
+    if position > 1:
+        properties["depends_on"] = {
+            "type": "array",
+            "items": {"type": "string", "enum": [step_id(n) for n in range(1, position)]},
+            "maxItems": position - 1,
+        }
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": ["id", "title", "tool", "args"],
+        "additionalProperties": False,
+    }
+
+
+def _bound_strings(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_bound_strings(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {key: _bound_strings(item) for key, item in value.items()}
+    unbounded = not {"maxLength", "enum", "const", "pattern", "format"} & set(out)
+    if out.get("type") == "string" and unbounded:
+        out["maxLength"] = ARG_STRING_MAX_CHARS
+    return out
+
+
+def _rename_refs(value: Any, renames: Mapping[str, str]) -> Any:
+    if isinstance(value, dict):
+        out = {key: _rename_refs(item, renames) for key, item in value.items()}
+        ref = out.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            out["$ref"] = "#/$defs/" + renames.get(ref[len("#/$defs/") :], ref[8:])
+        return out
+    if isinstance(value, list):
+        return [_rename_refs(item, renames) for item in value]
+    return value
+
+
+def is_strict_compatible(schema: Mapping[str, Any]) -> bool:
+    """Whether OpenAI's strict structured-output mode accepts ``schema`` as it is.
+
+    Strict mode wants every object closed (``additionalProperties: false``) with every
+    property required, and no ``anyOf`` at the root.
+    """
+    if "anyOf" in schema or "oneOf" in schema:
+        return False
+    return _strict(schema) and all(_strict(d) for d in schema.get("$defs", {}).values())
+
+
+def _strict(node: Any) -> bool:
+    if isinstance(node, list):
+        return all(_strict(item) for item in node)
+    if not isinstance(node, Mapping):
+        return True
+    if "oneOf" in node:
+        return False
+    if node.get("type") == "object" or "properties" in node:
+        properties = node.get("properties", {})
+        if node.get("additionalProperties") is not False:
+            return False
+        if set(node.get("required", ())) != set(properties):
+            return False
+    return all(_strict(value) for key, value in node.items() if key != "$defs")

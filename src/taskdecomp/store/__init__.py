@@ -1,0 +1,42 @@
+"""Durable runs: the store interface and its SQL implementation.
+
+:class:`Store` is what the engine writes checkpoints to and what ``resume`` reads from;
+:class:`SqlStore` implements it on a SQLite file (the default) or PostgreSQL.
+
+    >>> from taskdecomp.store import open_store
+    >>> store = open_store("sqlite:///runs.db")  # or "postgresql://user@host/db"
+"""
+
+from taskdecomp.store.base import (
+    RESUMABLE_STOPS,
+    AttemptRecord,
+    AttemptStart,
+    AttemptState,
+    Checkpoint,
+    EventRecord,
+    NewRun,
+    RunState,
+    RunSummary,
+    Store,
+    StoredRun,
+)
+from taskdecomp.store.codec import MAX_STORED_CHARS
+from taskdecomp.store.sql import SqlStore, normalize_url, open_store
+
+__all__ = [
+    "AttemptRecord",
+    "AttemptStart",
+    "AttemptState",
+    "Checkpoint",
+    "EventRecord",
+    "MAX_STORED_CHARS",
+    "NewRun",
+    "RESUMABLE_STOPS",
+    "RunState",
+    "RunSummary",
+    "SqlStore",
+    "Store",
+    "StoredRun",
+    "normalize_url",
+    "open_store",
+]

@@ -1,0 +1,265 @@
+"""The store interface and the records it reads and writes.
+
+A store keeps runs durably: the run itself (goal, settings, status, stop reason, usage), its
+plan, one row per finished step (the history), one row per attempt at a step (the trace, and
+the intent committed before an ``unsafe`` call) and the run's events. Every write is one
+transaction. :class:`~taskdecomp.store.sql.SqlStore` implements it for SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from taskdecomp import stops
+from taskdecomp.budget import Usage
+from taskdecomp.plan import Plan, TaskId
+from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
+from taskdecomp.stops import LlmPhase, StopReason
+from taskdecomp.tools import SideEffects
+
+RunState = Literal["running", "ok", "stopped"]
+"""``running`` until the run ends (or while it is crashed), then the result's status."""
+
+AttemptState = Literal["started", "ok", "failed", "cancelled"]
+"""``started``: the intent is committed and no outcome is known yet."""
+
+RESUMABLE_STOPS = frozenset({stops.MAX_SECONDS, stops.CANCELLED})
+"""Stop reasons a run may be resumed from; any other stop is final."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventRecord:
+    """One event of a run, as stored."""
+
+    kind: str
+    """The event's type name, e.g. ``StepFinished``."""
+    at: float
+    """Wall-clock time, seconds since the epoch."""
+    data: Mapping[str, Any]
+    """The event's JSON fields."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewRun:
+    """What is stored when a run starts."""
+
+    run_id: RunId
+    goal: str
+    model: str | None
+    """The planner's model string, so a resume can default to it."""
+    tools: str | None
+    """The toolset path or module, when the run was given one."""
+    config: Mapping[str, Any]
+    """JSON settings of the run: ``budget``, ``allow``, ``combiner_model``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AttemptStart:
+    """The intent to call a step's tool, committed before an ``unsafe`` call."""
+
+    step_no: int
+    step_id: TaskId
+    segment: int
+    """1 for the first execution of the run, 2 for its first resume, and so on."""
+    side_effects: SideEffects
+    idempotency_key: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Checkpoint:
+    """How one attempt at a step ended; written in one transaction."""
+
+    attempt: AttemptStart
+    attempt_id: int | None
+    """The committed intent's row, or ``None`` when no intent was written."""
+    state: AttemptState
+    trace: TraceEntry
+    history: HistoryEntry | None = None
+    """The finished step, when the attempt succeeded."""
+    usage: Usage
+    """What the run has spent so far."""
+    events: Sequence[EventRecord] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSummary:
+    """One line of the run list."""
+
+    run_id: RunId
+    goal: str
+    status: RunState
+    stop_reason: StopReason | None
+    started_at: float
+    finished_at: float | None
+
+    @property
+    def seconds(self) -> float | None:
+        """Wall time from start to finish, when finished."""
+        return None if self.finished_at is None else self.finished_at - self.started_at
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AttemptRecord:
+    """One stored attempt at a step."""
+
+    id: int
+    start: AttemptStart
+    state: AttemptState
+    trace: TraceEntry | None
+    """``None`` until the attempt ended."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoredRun:
+    """Everything stored about one run."""
+
+    summary: RunSummary
+    model: str | None
+    tools: str | None
+    config: Mapping[str, Any]
+    segments: int
+    """How many times the run was started (1 + resumes)."""
+    usage: Usage
+    plan: Plan | None
+    history: tuple[HistoryEntry, ...]
+    """Finished steps, by step number."""
+    attempts: tuple[AttemptRecord, ...]
+    """Every attempt, in the order they started."""
+    answer: str | None = None
+    raw_plan: Any = None
+    llm_phase: LlmPhase | None = None
+    message: str | None = None
+
+    @property
+    def run_id(self) -> RunId:
+        """The run's id."""
+        return self.summary.run_id
+
+    @property
+    def trace(self) -> tuple[TraceEntry, ...]:
+        """The trace entries of every ended attempt, in order."""
+        return tuple(a.trace for a in self.attempts if a.trace is not None)
+
+    @property
+    def resumable(self) -> bool:
+        """Whether resume has work to do: the run crashed, or stopped on a deadline."""
+        status, reason = self.summary.status, self.summary.stop_reason
+        return status == "running" or (status == "stopped" and reason in RESUMABLE_STOPS)
+
+    def finished_steps(self) -> frozenset[TaskId]:
+        """Ids of the steps whose result is stored."""
+        return frozenset(entry.plan_step.id for entry in self.history)
+
+    def in_doubt(self) -> TaskId | None:
+        """The first ``unsafe`` step that started, left no result and did not fail cleanly."""
+        done = self.finished_steps()
+        for attempt in self.attempts:
+            start = attempt.start
+            if start.side_effects != "unsafe" or start.step_id in done:
+                continue
+            if attempt.state in ("started", "cancelled"):
+                return start.step_id
+        return None
+
+    def result(self) -> RunResult:
+        """The stored run as a result.
+
+        Raises:
+            ValueError: the run has not ended (it is running, or it crashed).
+        """
+        if self.summary.stop_reason is None:
+            raise ValueError(f"run {self.run_id!r} has not ended; resume it first")
+        return self._result(self.summary.stop_reason)
+
+    def _result(self, reason: StopReason) -> RunResult:
+        return RunResult(
+            run_id=self.run_id,
+            status="ok" if self.summary.status == "ok" else "stopped",
+            stop_reason=reason,
+            answer=self.answer,
+            plan=self.plan,
+            raw_plan=self.raw_plan,
+            llm_phase=self.llm_phase,
+            message=self.message,
+            trace=self.trace,
+            history=self.history,
+            usage=self.usage,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the result JSON with the stored status, plus what the store knows."""
+        summary = self.summary
+        data = self._result(summary.stop_reason or StopReason("")).to_dict()
+        data.update(
+            status=summary.status,
+            stop_reason=summary.stop_reason,
+            goal=summary.goal,
+            model=self.model,
+            tools=self.tools,
+            config=dict(self.config),
+            segments=self.segments,
+            started_at=summary.started_at,
+            finished_at=summary.finished_at,
+        )
+        return data
+
+
+class Store(Protocol):
+    """Durable storage for runs. Every method is one transaction."""
+
+    def create_run(self, run: NewRun) -> None:
+        """Store a new run in the ``running`` state.
+
+        Raises:
+            StoreError: the id is taken, or the store cannot be written.
+        """
+        ...
+
+    def reopen_run(self, run_id: RunId, *, segment: int, events: Sequence[EventRecord]) -> None:
+        """Mark a stored run ``running`` again, for segment ``segment`` of a resume.
+
+        Raises:
+            StoreError: the run is not at segment ``segment - 1`` (resumed elsewhere).
+        """
+        ...
+
+    def save_plan(self, run_id: RunId, plan: Plan, *, events: Sequence[EventRecord]) -> None:
+        """Store the run's validated plan."""
+        ...
+
+    def record_intent(self, run_id: RunId, attempt: AttemptStart) -> int:
+        """Commit the intent to call a step's tool; return the attempt's id."""
+        ...
+
+    def checkpoint(self, run_id: RunId, checkpoint: Checkpoint) -> None:
+        """Store how an attempt ended, with its trace, history entry, usage and events."""
+        ...
+
+    def finish_run(
+        self, run_id: RunId, result: RunResult, *, events: Sequence[EventRecord]
+    ) -> None:
+        """Store how the run ended."""
+        ...
+
+    def load_run(self, run_id: RunId) -> StoredRun:
+        """Everything stored about a run.
+
+        Raises:
+            RunNotFoundError: no run has this id.
+            CorruptRecordError: a row does not decode.
+        """
+        ...
+
+    def list_runs(self, *, limit: int | None = None) -> list[RunSummary]:
+        """Stored runs, newest first, at most ``limit`` of them."""
+        ...
+
+    def load_events(self, run_id: RunId) -> list[EventRecord]:
+        """A run's stored events, in order."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...

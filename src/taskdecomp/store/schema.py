@@ -1,0 +1,204 @@
+"""The store's tables and its append-only migrations.
+
+Each migration has a version, a name and a function; :func:`migrate` applies the ones a
+database has not seen, in order, in one transaction, and records each in
+``taskdecomp_migrations``. Migrations are never edited once released: a change of schema is
+a new migration appended to :data:`MIGRATIONS`.
+
+Every text column holds ASCII written by :mod:`taskdecomp.store.codec`; times are wall-clock
+seconds since the epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Connection,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    insert,
+    inspect,
+    select,
+    text,
+)
+
+from taskdecomp.errors import StoreError
+
+metadata = MetaData()
+
+migrations = Table(
+    "taskdecomp_migrations",
+    metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("name", String(200), nullable=False),
+    Column("applied_at", Float, nullable=False),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("goal", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("stop_reason", Text),
+    Column("model", Text),
+    Column("tools", Text),
+    Column("config", Text, nullable=False),
+    Column("usage", Text, nullable=False),
+    Column("result", Text),
+    Column("segments", Integer, nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("finished_at", Float),
+    Index("ix_runs_started_at", "started_at"),
+)
+
+plans = Table(
+    "plans",
+    metadata,
+    Column("run_id", Text, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("plan", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+steps = Table(
+    "steps",
+    metadata,
+    Column("run_id", Text, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("step_id", Text, primary_key=True),
+    Column("step_no", Integer, nullable=False),
+    Column("observation", Text, nullable=False),
+    Column("finished_at", Float, nullable=False),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", Text, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("step_id", Text, nullable=False),
+    Column("step_no", Integer, nullable=False),
+    Column("segment", Integer, nullable=False),
+    Column("side_effects", String(16), nullable=False),
+    Column("idempotency_key", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("trace", Text),
+    Column("started_at", Float, nullable=False),
+    Column("finished_at", Float),
+    Index("ix_attempts_run_id", "run_id", "id"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", Text, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("at", Float, nullable=False),
+    Column("data", Text, nullable=False),
+    Index("ix_events_run_id", "run_id", "id"),
+)
+
+
+plan_trees = Table(
+    "plan_trees",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("title", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+plan_nodes = Table(
+    "plan_nodes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("plan_id", Integer, ForeignKey("plan_trees.id", ondelete="CASCADE"), nullable=False),
+    Column("parent_id", Integer, ForeignKey("plan_nodes.id", ondelete="CASCADE")),
+    Column("position", Integer, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("instruction", Text, nullable=False),
+    Column("dependencies", Text, nullable=False),
+    Column("context", Text, nullable=False),
+    Column("leaf", Boolean, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_plan_nodes_plan", "plan_id", "parent_id", "position"),
+)
+
+
+def _v1_initial(conn: Connection) -> None:
+    for table in (runs, plans, steps, attempts, events):
+        table.create(conn)
+
+
+def _v2_plan_trees(conn: Connection) -> None:
+    plan_trees.create(conn)
+    plan_nodes.create(conn)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Migration:
+    """One schema change."""
+
+    version: int
+    name: str
+    apply: Callable[[Connection], None]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(version=1, name="runs, plans, steps, attempts, events", apply=_v1_initial),
+    Migration(version=2, name="plan trees for the decomposer", apply=_v2_plan_trees),
+)
+"""Every migration, oldest first. Append only."""
+
+_PG_MIGRATION_LOCK = 7_416_385_203
+"""Advisory lock key that keeps two PostgreSQL clients from migrating at once."""
+
+
+def pending(conn: Connection) -> bool:
+    """Whether the database lacks a migration (or has one this version does not know)."""
+    if not inspect(conn).has_table(migrations.name):
+        return True
+    applied = set(conn.execute(select(migrations.c.version)).scalars())
+    return applied != {m.version for m in MIGRATIONS}
+
+
+def migrate(conn: Connection, *, now: float) -> list[int]:
+    """Apply the migrations ``conn``'s database lacks; return their versions.
+
+    Runs inside the caller's transaction (``BEGIN IMMEDIATE`` on SQLite, an advisory lock
+    on PostgreSQL), so concurrent starts apply each migration once.
+
+    Raises:
+        StoreError: the database has a migration this version of taskdecomp does not know.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
+    migrations.create(conn, checkfirst=True)
+    applied = set(conn.execute(select(migrations.c.version)).scalars())
+    known = {m.version for m in MIGRATIONS}
+    if applied - known:
+        raise StoreError(
+            f"the database has schema version {max(applied)}, newer than this taskdecomp "
+            f"knows ({max(known)}); upgrade taskdecomp or use another --db"
+        )
+    done = []
+    for migration in MIGRATIONS:
+        if migration.version not in applied:
+            migration.apply(conn)
+            conn.execute(
+                insert(migrations).values(
+                    version=migration.version, name=migration.name, applied_at=now
+                )
+            )
+            done.append(migration.version)
+    return done

@@ -1,0 +1,354 @@
+"""The SQLAlchemy Core store, for SQLite files and PostgreSQL.
+
+SQLite runs in WAL mode with ``synchronous=FULL`` (a committed checkpoint survives a power
+cut), ``foreign_keys=ON`` and a busy timeout. Python's ``sqlite3`` driver is told to leave
+transactions alone and SQLAlchemy emits ``BEGIN IMMEDIATE`` for every write transaction
+(plain ``BEGIN`` for reads), the recipe SQLAlchemy documents for the pysqlite driver; so a
+writer takes the lock up front and never fails half-way on a lock upgrade.
+
+PostgreSQL is reached through psycopg 3; a plain ``postgresql://`` URL is read as
+``postgresql+psycopg://``. Driver errors become :class:`~taskdecomp.errors.StoreError`
+with a message that names the database (never its password) and says what to check.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    URL,
+    Connection,
+    Engine,
+    bindparam,
+    create_engine,
+    event,
+    insert,
+    make_url,
+    update,
+)
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from taskdecomp.errors import StoreError
+from taskdecomp.plan import Plan
+from taskdecomp.run import RunId, RunResult
+from taskdecomp.store import reads, rows, schema
+from taskdecomp.store.base import (
+    AttemptStart,
+    Checkpoint,
+    EventRecord,
+    NewRun,
+    RunSummary,
+    StoredRun,
+)
+
+_BEGIN = "taskdecomp_sqlite_begin"
+"""Execution option naming the statement that starts a SQLite transaction."""
+
+DEFAULT_BUSY_TIMEOUT = 5.0
+"""Seconds a SQLite writer waits for another process's lock before giving up."""
+
+# The checkpoint's statements, built once: values travel as parameters, so a checkpoint
+# spends its time in the database, not in building SQL expressions.
+_INSERT_ATTEMPT = insert(schema.attempts)
+_INSERT_STEP = insert(schema.steps)
+_INSERT_EVENTS = insert(schema.events)
+_END_ATTEMPT = (
+    update(schema.attempts)
+    .where(schema.attempts.c.id == bindparam("b_id"))
+    .values(state=bindparam("b_state"), trace=bindparam("b_trace"), finished_at=bindparam("b_now"))
+)
+_TOUCH_RUN = (
+    update(schema.runs)
+    .where(schema.runs.c.id == bindparam("b_key"))
+    .values(usage=bindparam("b_usage"), updated_at=bindparam("b_now"))
+)
+
+
+def normalize_url(url: str) -> URL:
+    """Parse a database URL or a SQLite file path; ``postgresql://`` gets the psycopg driver.
+
+    Raises:
+        StoreError: the URL does not parse or names an unsupported database.
+    """
+    if "://" not in url:
+        return URL.create("sqlite", database=str(Path(url).expanduser()))
+    try:
+        parsed = make_url(url)
+    except sa_exc.ArgumentError as exc:
+        raise StoreError(f"database URL {url!r} does not parse: {exc}") from exc
+    backend = parsed.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        if parsed.drivername in ("postgresql", "postgres"):
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        return parsed
+    if backend == "sqlite":
+        return parsed
+    raise StoreError(
+        f"unsupported database {parsed.render_as_string(hide_password=True)!r}; use "
+        "sqlite:///PATH (or a file path) or postgresql://user@host/dbname"
+    )
+
+
+class SqlStore:
+    """A :class:`~taskdecomp.store.base.Store` on SQLite or PostgreSQL.
+
+    Opening it applies any pending migrations.
+
+    Args:
+        url: ``sqlite:///PATH``, a file path, or ``postgresql://user@host/dbname``.
+        busy_timeout: seconds a SQLite writer waits for a lock held by another process.
+        now: wall clock for stored times (seconds since the epoch).
+
+    Raises:
+        StoreError: the database cannot be opened, reached or migrated.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.url = normalize_url(url)
+        self.name = self.url.render_as_string(hide_password=True)
+        self._busy_timeout = busy_timeout
+        self._now = now
+        self._engine = self._create_engine()
+        self._reader = self._engine.execution_options(**{_BEGIN: "BEGIN"})
+        try:
+            self._migrate()
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    def __repr__(self) -> str:
+        return f"SqlStore({self.name!r})"
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self._engine.dialect.name
+
+    def _create_engine(self) -> Engine:
+        try:
+            if self.url.get_backend_name() == "sqlite":
+                return self._sqlite_engine()
+            return create_engine(self.url, connect_args={"connect_timeout": 10})
+        except (sa_exc.NoSuchModuleError, ImportError) as exc:
+            raise StoreError(
+                f"no driver for {self.name!r} ({exc}); PostgreSQL needs psycopg: "
+                "pip install 'psycopg[binary]'"
+            ) from exc
+
+    def _sqlite_engine(self) -> Engine:
+        database = self.url.database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(self.url, connect_args={"timeout": self._busy_timeout})
+        busy_ms = int(self._busy_timeout * 1000)
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+            dbapi_conn.isolation_level = None  # sqlite3: let SQLAlchemy emit BEGIN
+            cursor = dbapi_conn.cursor()
+            for pragma in ("journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON"):
+                cursor.execute(f"PRAGMA {pragma}")
+            cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            conn.exec_driver_sql(conn.get_execution_options().get(_BEGIN, "BEGIN IMMEDIATE"))
+
+        return engine
+
+    def _migrate(self) -> None:
+        """Apply pending migrations; an up-to-date store is only read, never locked."""
+        with self._read() as conn:
+            if not schema.pending(conn):
+                return
+        with self._write() as conn:
+            schema.migrate(conn, now=self._now())
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self._errors(), self._engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self._errors(), self._reader.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sa_exc.IntegrityError as exc:
+            raise StoreError(f"the store {self.name!r} refused a write: {_first(exc)}") from exc
+        except sa_exc.DBAPIError as exc:
+            raise StoreError(self._explain(exc)) from exc
+
+    def _explain(self, exc: sa_exc.DBAPIError) -> str:
+        problem = _first(exc)
+        lowered = problem.lower()
+        if "locked" in lowered or "busy" in lowered:
+            return (
+                f"the store {self.name!r} is locked by another process (waited "
+                f"{self._busy_timeout:g}s); retry when it is done, or use another --db"
+            )
+        if "not a database" in lowered or "malformed" in lowered:
+            return f"{self.name!r} is not a usable SQLite database ({problem}); use another --db"
+        if "unable to open" in lowered:
+            return f"cannot open the SQLite store {self.name!r} ({problem}); check the path"
+        if exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError):
+            return (
+                f"cannot use the database {self.name!r}: {problem}; check --db or "
+                "TASKDECOMP_DATABASE_URL and that the server is up"
+            )
+        return f"the store {self.name!r} failed: {problem}"
+
+    def create_run(self, run: NewRun) -> None:
+        """Store a new run in the ``running`` state.
+
+        Raises:
+            StoreError: a run with this id is already stored, or the write failed.
+        """
+        row = rows.new_run(run, now=self._now())
+        with self._write() as conn:
+            if reads.run_exists(conn, run.run_id):
+                raise StoreError(
+                    f"a run with id {run.run_id!r} is already stored; resume it or pick another id"
+                )
+            conn.execute(insert(schema.runs).values(**row))
+
+    def reopen_run(self, run_id: RunId, *, segment: int, events: Sequence[EventRecord]) -> None:
+        """Mark a stored run ``running`` again, for segment ``segment`` of a resume.
+
+        Raises:
+            StoreError: the run is no longer at segment ``segment - 1``: another process
+                resumed it since it was loaded.
+        """
+        now = self._now()
+        runs = schema.runs
+        with self._write() as conn:
+            reopened = conn.execute(
+                update(runs)
+                .where(runs.c.id == rows.key(run_id), runs.c.segments == segment - 1)
+                .values(
+                    status="running",
+                    stop_reason=None,
+                    finished_at=None,
+                    segments=segment,
+                    updated_at=now,
+                )
+            )
+            if reopened.rowcount != 1:
+                raise StoreError(
+                    f"run {run_id!r} was resumed by another process meanwhile; "
+                    "resume a run from one place at a time"
+                )
+            self._events(conn, run_id, events)
+
+    def save_plan(self, run_id: RunId, plan: Plan, *, events: Sequence[EventRecord]) -> None:
+        """Store the run's validated plan."""
+        row = rows.plan(run_id, plan, now=self._now())
+        with self._write() as conn:
+            conn.execute(insert(schema.plans).values(**row))
+            self._events(conn, run_id, events)
+
+    def record_intent(self, run_id: RunId, attempt: AttemptStart) -> int:
+        """Commit the intent to call a step's tool; return the attempt's id."""
+        row = rows.attempt_start(run_id, attempt, now=self._now())
+        with self._write() as conn:
+            result = conn.execute(_INSERT_ATTEMPT, row)
+            primary_key = result.inserted_primary_key
+            assert primary_key is not None  # a single-row insert always has one
+            return int(primary_key[0])
+
+    def checkpoint(self, run_id: RunId, checkpoint: Checkpoint) -> None:
+        """Store how an attempt ended, with its trace, history entry, usage and events.
+
+        Everything is encoded before the transaction starts, so a value the store refuses
+        raises :class:`~taskdecomp.errors.StoreValueError` with nothing written.
+        """
+        now = self._now()
+        attempt_row = rows.attempt_end(run_id, checkpoint, now=now)
+        step_row = rows.step(run_id, checkpoint.history, now=now) if checkpoint.history else None
+        usage = rows.usage(checkpoint.usage)
+        event_rows = rows.events(run_id, checkpoint.events)
+        touch = {"b_key": rows.key(run_id), "b_usage": usage, "b_now": now}
+        with self._write() as conn:
+            if checkpoint.attempt_id is None:
+                conn.execute(_INSERT_ATTEMPT, attempt_row)
+            else:
+                ended = {f"b_{name}": attempt_row[name] for name in ("state", "trace")}
+                conn.execute(_END_ATTEMPT, {**ended, "b_id": checkpoint.attempt_id, "b_now": now})
+            if step_row is not None:
+                conn.execute(_INSERT_STEP, step_row)
+            conn.execute(_TOUCH_RUN, touch)
+            if event_rows:
+                conn.execute(_INSERT_EVENTS, event_rows)
+
+    def finish_run(
+        self, run_id: RunId, result: RunResult, *, events: Sequence[EventRecord]
+    ) -> None:
+        """Store how the run ended."""
+        now = self._now()
+        values = rows.finished(result, now=now)
+        with self._write() as conn:
+            conn.execute(
+                update(schema.runs).where(schema.runs.c.id == rows.key(run_id)).values(**values)
+            )
+            self._events(conn, run_id, events)
+
+    def load_run(self, run_id: RunId) -> StoredRun:
+        """Everything stored about a run.
+
+        Raises:
+            RunNotFoundError: no run has this id.
+            CorruptRecordError: a row does not decode.
+        """
+        with self._read() as conn:
+            return reads.load_run(conn, run_id, store=self.name)
+
+    def list_runs(self, *, limit: int | None = None) -> list[RunSummary]:
+        """Stored runs, newest first, at most ``limit`` of them (all when ``None``)."""
+        with self._read() as conn:
+            return reads.list_runs(conn, limit=limit)
+
+    def load_events(self, run_id: RunId) -> list[EventRecord]:
+        """A run's stored events, in order."""
+        with self._read() as conn:
+            return reads.load_events(conn, run_id)
+
+    def close(self) -> None:
+        """Release pooled connections."""
+        self._engine.dispose()
+
+    def _events(self, conn: Connection, run_id: RunId, events: Sequence[EventRecord]) -> None:
+        event_rows = rows.events(run_id, events)
+        if event_rows:
+            conn.execute(_INSERT_EVENTS, event_rows)
+
+
+def _first(exc: sa_exc.DBAPIError) -> str:
+    text = str(exc.orig) if exc.orig is not None else str(exc)
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def open_store(url: str, **options: Any) -> SqlStore:
+    """Open the store at ``url`` (see :class:`SqlStore`).
+
+    Raises:
+        StoreError: the database cannot be opened, reached or migrated.
+    """
+    return SqlStore(url, **options)

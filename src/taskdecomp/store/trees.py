@@ -1,0 +1,240 @@
+"""Plan trees in the store: the repository the decomposer reads and writes.
+
+Two tables, added by migration 2 (:mod:`taskdecomp.store.schema`): ``plan_trees`` (one row
+a plan) and ``plan_nodes`` (one row a node, with its parent, position, dependencies, context
+and leaf flag). Text goes
+through :mod:`taskdecomp.store.codec`, like every other table, so both backends store the
+same bytes. :meth:`TreeRepository.write_children` writes all the children of one node in
+one transaction: either every child is stored or none is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import TypeAdapter
+from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy.engine import Row
+
+from taskdecomp.errors import TreeNotFoundError
+from taskdecomp.store.codec import decode_as, decode_text, encode_json, encode_text
+from taskdecomp.store.schema import plan_nodes, plan_trees
+from taskdecomp.store.sql import SqlStore
+from taskdecomp.tree import NewNode, NodeContext, NodeId, PlanNode, PlanTree, PlanTreeId
+
+_DEPENDENCIES: TypeAdapter[tuple[int, ...]] = TypeAdapter(tuple[int, ...])
+_CONTEXT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+
+
+class TreeRepository:
+    """Plan trees stored in a :class:`~taskdecomp.store.sql.SqlStore`.
+
+    Args:
+        store: the store to use (its migrations create the tables).
+    """
+
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+
+    def create_plan(self, title: str, roots: Sequence[NewNode] = ()) -> PlanTree:
+        """Store a new plan with ``roots``, in one transaction; return it."""
+        with self.store._write() as conn:
+            row = {"title": encode_text(title, what="the plan title"), "created_at": self._now()}
+            plan_id = PlanTreeId(int(_inserted_id(conn.execute(insert(plan_trees).values(**row)))))
+            self._insert(conn, plan_id, None, roots, start=0)
+        return self.get_plan_tree(plan_id)
+
+    def get_plan_tree(self, plan_id: PlanTreeId) -> PlanTree:
+        """The plan and all its nodes.
+
+        Raises:
+            TreeNotFoundError: no plan has this id.
+            CorruptRecordError: a row does not decode.
+        """
+        with self.store._read() as conn:
+            return _load(conn, plan_id)
+
+    def create_task(self, plan_id: PlanTreeId, parent_id: NodeId | None, node: NewNode) -> PlanNode:
+        """Append one node under ``parent_id`` (a root for ``None``)."""
+        return self.write_children(plan_id, parent_id, [node])[0]
+
+    def update_task(
+        self,
+        node_id: NodeId,
+        *,
+        name: str | None = None,
+        instruction: str | None = None,
+        context: NodeContext | None = None,
+        leaf: bool | None = None,
+    ) -> PlanNode:
+        """Change some fields of a node; return it.
+
+        Raises:
+            TreeNotFoundError: no node has this id.
+        """
+        values: dict[str, Any] = {}
+        if name is not None:
+            values["name"] = encode_text(name, what="the node name")
+        if instruction is not None:
+            values["instruction"] = encode_text(instruction, what="the instruction")
+        if context is not None:
+            values["context"] = encode_json(context.to_dict(), what="the node context")
+        if leaf is not None:
+            values["leaf"] = leaf
+        with self.store._write() as conn:
+            plan_id = _plan_of(conn, node_id)
+            if values:
+                conn.execute(update(plan_nodes).where(plan_nodes.c.id == node_id).values(**values))
+        node = self.get_plan_tree(plan_id).node(node_id)
+        assert node is not None  # it was there inside the transaction above
+        return node
+
+    def write_children(
+        self,
+        plan_id: PlanTreeId,
+        parent_id: NodeId | None,
+        children: Sequence[NewNode],
+        *,
+        replace: bool = False,
+    ) -> list[PlanNode]:
+        """Write ``children`` under ``parent_id`` in one transaction and return them.
+
+        With ``replace``, the parent's existing children (and everything below them) are
+        deleted first, in the same transaction; otherwise the new children come after them.
+
+        Raises:
+            TreeNotFoundError: the plan or the parent does not exist.
+            StoreError: a write failed; nothing of this call was stored.
+        """
+        with self.store._write() as conn:
+            _check_parent(conn, plan_id, parent_id)
+            if replace:
+                _delete_children(conn, plan_id, parent_id)
+            start = _next_position(conn, plan_id, parent_id)
+            ids = self._insert(conn, plan_id, parent_id, children, start=start)
+        tree = self.get_plan_tree(plan_id)
+        return [node for node in tree.nodes if node.id in set(ids)]
+
+    def list_plans(self) -> list[tuple[PlanTreeId, str, int]]:
+        """Every plan: id, title and node count, newest first."""
+        count = (
+            select(func.count())
+            .select_from(plan_nodes)
+            .where(plan_nodes.c.plan_id == plan_trees.c.id)
+            .scalar_subquery()
+        )
+        query = select(plan_trees.c.id, plan_trees.c.title, count).order_by(plan_trees.c.id.desc())
+        with self.store._read() as conn:
+            return [
+                (PlanTreeId(row[0]), decode_text(row[1], where="plan title"), int(row[2]))
+                for row in conn.execute(query)
+            ]
+
+    def _insert(
+        self,
+        conn: Connection,
+        plan_id: PlanTreeId,
+        parent_id: NodeId | None,
+        nodes: Sequence[NewNode],
+        *,
+        start: int,
+    ) -> list[NodeId]:
+        now = self._now()
+        ids = []
+        for offset, node in enumerate(nodes):
+            row = _node_row(node) | {
+                "plan_id": plan_id,
+                "parent_id": parent_id,
+                "position": start + offset,
+                "created_at": now,
+            }
+            ids.append(NodeId(int(_inserted_id(conn.execute(insert(plan_nodes).values(**row))))))
+        return ids
+
+    def _now(self) -> float:
+        return self.store._now()
+
+
+def _inserted_id(result: Any) -> int:
+    key = result.inserted_primary_key
+    assert key is not None  # a single-row insert always has one
+    return int(key[0])
+
+
+def _node_row(node: NewNode) -> dict[str, Any]:
+    return {
+        "name": encode_text(node.name, what="the node name"),
+        "instruction": encode_text(node.instruction, what="the instruction"),
+        "dependencies": encode_json(list(node.dependencies), what="the dependencies"),
+        "context": encode_json(node.context.to_dict(), what="the node context"),
+        "leaf": node.leaf,
+    }
+
+
+def _check_parent(conn: Connection, plan_id: PlanTreeId, parent_id: NodeId | None) -> None:
+    found = conn.execute(select(plan_trees.c.id).where(plan_trees.c.id == plan_id)).first()
+    if found is None:
+        raise TreeNotFoundError(f"no plan tree has id {plan_id!r}; `taskdecomp tree` lists them")
+    if parent_id is not None and _plan_of(conn, parent_id) != plan_id:
+        raise TreeNotFoundError(f"node {parent_id!r} is not in plan {plan_id!r}")
+
+
+def _plan_of(conn: Connection, node_id: NodeId) -> PlanTreeId:
+    row = conn.execute(select(plan_nodes.c.plan_id).where(plan_nodes.c.id == node_id)).first()
+    if row is None:
+        raise TreeNotFoundError(f"no plan node has id {node_id!r}")
+    return PlanTreeId(int(row[0]))
+
+
+def _delete_children(conn: Connection, plan_id: PlanTreeId, parent_id: NodeId | None) -> None:
+    # Deleting a child cascades to its descendants (foreign key ON DELETE CASCADE).
+    where = (
+        plan_nodes.c.parent_id.is_(None)
+        if parent_id is None
+        else (plan_nodes.c.parent_id == parent_id)
+    )
+    conn.execute(delete(plan_nodes).where(plan_nodes.c.plan_id == plan_id, where))
+
+
+def _next_position(conn: Connection, plan_id: PlanTreeId, parent_id: NodeId | None) -> int:
+    where = (
+        plan_nodes.c.parent_id.is_(None)
+        if parent_id is None
+        else (plan_nodes.c.parent_id == parent_id)
+    )
+    query = select(func.max(plan_nodes.c.position)).where(plan_nodes.c.plan_id == plan_id, where)
+    highest = conn.execute(query).scalar()
+    return 0 if highest is None else int(highest) + 1
+
+
+def _load(conn: Connection, plan_id: PlanTreeId) -> PlanTree:
+    head = conn.execute(select(plan_trees).where(plan_trees.c.id == plan_id)).first()
+    if head is None:
+        raise TreeNotFoundError(f"no plan tree has id {plan_id!r}; `taskdecomp tree` lists them")
+    query = select(plan_nodes).where(plan_nodes.c.plan_id == plan_id).order_by(plan_nodes.c.id)
+    nodes = tuple(_node(row) for row in conn.execute(query))
+    title = decode_text(head.title, where=f"title of plan {plan_id}")
+    return PlanTree(id=plan_id, title=title, nodes=nodes)
+
+
+def _node(row: Row[Any]) -> PlanNode:
+    where = f"plan node {row.id}"
+    context = decode_as(_CONTEXT, row.context, where=f"context of {where}")
+    return PlanNode(
+        id=NodeId(row.id),
+        plan_id=PlanTreeId(row.plan_id),
+        parent_id=None if row.parent_id is None else NodeId(row.parent_id),
+        position=int(row.position),
+        name=decode_text(row.name, where=f"name of {where}"),
+        instruction=decode_text(row.instruction, where=f"instruction of {where}"),
+        dependencies=tuple(
+            NodeId(d) for d in decode_as(_DEPENDENCIES, row.dependencies, where=where)
+        ),
+        context=NodeContext(
+            combined=context.get("combined"),
+            sections=tuple(context.get("sections") or ()),
+            meta=dict(context.get("meta") or {}),
+        ),
+        leaf=bool(row.leaf),
+    )

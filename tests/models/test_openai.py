@@ -1,0 +1,319 @@
+"""The openai provider against an OpenAI-compatible HTTP server of our own that misbehaves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+
+import pytest
+
+from taskdecomp import Budget, ConfigError, ModelError, ModelRequest, ModelTimeoutError, run_sync
+from taskdecomp.models.openai import OpenAIModel, RetryPolicy, openai_model, price_usd
+from taskdecomp.settings import OpenAISettings
+from tests.conftest import SALES_TOOLS
+from tests.models.conftest import FakeOpenAI, Reply, completion, error_body
+from tests.support import SEED_GOAL, seed_plan
+
+FAST_RETRY = RetryPolicy(attempts=3, backoff_seconds=0.01, max_backoff_seconds=0.05)
+PLAN = json.dumps(seed_plan())
+ANSWER = "April 2026: gross 28,195 USD, refunds 1,370 USD, net 26,825 USD."
+
+
+def model(server: FakeOpenAI, **kwargs: object) -> OpenAIModel:
+    options: dict[str, object] = {"timeout": 5.0, "retry": FAST_RETRY, **kwargs}
+    return OpenAIModel("fake-model", base_url=server.url, **options)  # type: ignore[arg-type]
+
+
+def ok(content: str, **kwargs: object) -> Reply:
+    return Reply(body=completion(content, **kwargs))  # type: ignore[arg-type]
+
+
+def test_a_full_run_succeeds_and_reports_the_servers_token_counts(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.queue(ok(PLAN, tokens=(300, 90)), ok(ANSWER, tokens=(500, 30)))
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    assert result.stop_reason == "success"
+    assert result.answer == ANSWER
+    assert [step.tool for step in result.plan.steps] == [s["tool"] for s in seed_plan()["steps"]]
+    assert result.usage.llm_calls == 2
+    assert (result.usage.tokens_in, result.usage.tokens_out) == (800, 120)
+    assert result.usage.cost_usd == 0  # a self-hosted server is not billed
+
+
+def test_the_plan_request_carries_the_plan_schema_and_the_combine_call_does_not(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.queue(ok(PLAN), ok(ANSWER))
+
+    run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    plan_request, combine_request = fake_openai.requests
+    response_format = plan_request["response_format"]
+    assert response_format["type"] == "json_schema"
+    assert response_format["json_schema"]["name"] == "plan"
+    assert response_format["json_schema"]["strict"] is False  # depends_on stays optional
+    first_step = response_format["json_schema"]["schema"]["$defs"]["step_1"]
+    tools = {variant["properties"]["tool"]["enum"][0] for variant in first_step["anyOf"]}
+    assert tools == {s["tool"] for s in seed_plan()["steps"]}
+    assert plan_request["model"] == "fake-model"
+    assert plan_request["temperature"] == 0
+    assert "response_format" not in combine_request
+
+
+def test_a_server_that_refuses_json_schema_gets_the_schema_in_json_object_mode(
+    fake_openai: FakeOpenAI,
+) -> None:
+    rejected = Reply(
+        status=422, body=error_body("response_format.type: input should be json_object")
+    )
+    fake_openai.queue(rejected, ok(PLAN), ok(ANSWER))
+    chosen = model(fake_openai)
+
+    first = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=chosen)
+    fake_openai.queue(ok(PLAN), ok(ANSWER))
+    second = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=chosen)
+
+    assert (first.stop_reason, second.stop_reason) == ("success", "success")
+    formats = [r["response_format"] for r in fake_openai.plan_requests()]
+    assert [f["type"] for f in formats] == ["json_schema", "json_object", "json_object"]
+    assert formats[1]["schema"] == formats[0]["json_schema"]["schema"]
+    assert chosen.structured_output == "json_object+schema"
+
+
+def test_a_server_that_refuses_any_schema_gets_plain_json_object(
+    fake_openai: FakeOpenAI,
+) -> None:
+    rejected = Reply(status=400, body=error_body("unsupported response_format"))
+    fake_openai.queue(rejected, rejected, ok(PLAN), ok(ANSWER))
+    chosen = model(fake_openai)
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=chosen)
+
+    assert result.stop_reason == "success"
+    assert fake_openai.plan_requests()[-1]["response_format"] == {"type": "json_object"}
+    assert chosen.structured_output == "json_object"
+
+
+def test_a_bad_request_that_is_not_about_the_format_ends_with_llm_error(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.fallback = Reply(status=400, body=error_body("messages: too long"))
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    assert result.stop_reason == "llm_error:bad_request"
+    assert "messages: too long" in (result.message or "")
+    assert len(fake_openai.requests) == 3  # json_schema, json_object+schema, json_object
+
+
+def test_a_stalled_server_ends_the_run_with_llm_timeout_without_retrying(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.queue(Reply(stall=True))
+    started = time.monotonic()
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai, timeout=0.5))
+
+    assert result.stop_reason == "llm_timeout"
+    assert result.llm_phase == "plan"
+    assert "OPENAI_TIMEOUT_SECONDS" in (result.message or "")
+    assert len(fake_openai.requests) == 1
+    assert time.monotonic() - started < 4
+
+
+def test_429_then_200_is_retried_and_succeeds(fake_openai: FakeOpenAI) -> None:
+    limited = Reply(status=429, body=error_body("slow down"), headers={"retry-after": "0"})
+    fake_openai.queue(limited, ok(PLAN), ok(ANSWER))
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    assert result.stop_reason == "success"
+    assert len(fake_openai.requests) == 3
+    assert fake_openai.requests[0] == fake_openai.requests[1]
+
+
+def test_insufficient_quota_is_not_retried(fake_openai: FakeOpenAI) -> None:
+    fake_openai.queue(Reply(status=429, body=error_body("no money", code="insufficient_quota")))
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    assert result.stop_reason == "llm_error:quota"
+    assert len(fake_openai.requests) == 1
+
+
+def test_a_failing_server_is_retried_then_ends_with_llm_error_server(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.fallback = Reply(status=500, body=error_body("boom"))
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    assert result.stop_reason == "llm_error:server"
+    assert result.llm_phase == "plan"
+    assert len(fake_openai.requests) == FAST_RETRY.attempts
+    assert "boom" in (result.message or "")
+
+
+def test_retries_stop_at_the_runs_deadline(fake_openai: FakeOpenAI) -> None:
+    fake_openai.fallback = Reply(status=503, body=error_body("busy"))
+    patient = RetryPolicy(attempts=100, backoff_seconds=0.2, max_backoff_seconds=0.2)
+    started = time.monotonic()
+
+    result = run_sync(
+        SEED_GOAL,
+        tools=SALES_TOOLS,
+        model=model(fake_openai, retry=patient),
+        budget=Budget(max_seconds=1),
+    )
+
+    assert result.stop_reason == "max_seconds"
+    assert time.monotonic() - started < 3
+    assert 2 <= len(fake_openai.requests) < 100
+
+
+def test_a_refused_key_ends_with_llm_error_auth_and_never_shows_the_key(
+    fake_openai: FakeOpenAI,
+) -> None:
+    key = "sk-test-very-secret-0123456789"
+    fake_openai.queue(Reply(status=401, body=error_body(f"Incorrect API key provided: {key}")))
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai, api_key=key))
+
+    assert result.stop_reason == "llm_error:auth"
+    assert len(fake_openai.requests) == 1
+    assert fake_openai.headers[0]["authorization"] == f"Bearer {key}"
+    assert "OPENAI_API_KEY" in (result.message or "")
+    assert key not in json.dumps(result.to_dict())
+
+
+def test_an_unknown_model_names_the_fix(fake_openai: FakeOpenAI) -> None:
+    fake_openai.queue(Reply(status=404, body=error_body("model 'fake-model' not found")))
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    assert result.stop_reason == "llm_error:not_found"
+    assert "--model" in (result.message or "")
+
+
+def test_an_answer_cut_off_by_the_length_limit_is_never_parsed(fake_openai: FakeOpenAI) -> None:
+    fake_openai.queue(ok(PLAN[:40], finish_reason="length"))
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    assert result.stop_reason == "invalid_plan:truncated"
+    assert result.plan is None
+    assert result.trace == ()
+
+
+def test_truncated_json_that_claims_to_be_complete_is_non_json(fake_openai: FakeOpenAI) -> None:
+    fake_openai.queue(ok(PLAN[:40]))
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    assert result.stop_reason == "invalid_plan:non_json"
+    assert result.raw_plan == PLAN[:40]
+
+
+def test_an_unreachable_server_is_retried_then_ends_with_llm_error_connection() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again before the call: nothing listens
+    unreachable = OpenAIModel(
+        "fake-model", base_url=f"http://127.0.0.1:{port}/v1", timeout=2, retry=FAST_RETRY
+    )
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=unreachable)
+
+    assert result.stop_reason == "llm_error:connection"
+    assert "--base-url" in (result.message or "")
+
+
+def test_reported_tokens_count_against_max_tokens(fake_openai: FakeOpenAI) -> None:
+    fake_openai.queue(ok(PLAN, tokens=(5000, 100)), ok(ANSWER))
+
+    result = run_sync(
+        SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai), budget=Budget(max_tokens=4000)
+    )
+
+    assert result.stop_reason == "max_tokens"
+    assert result.usage.tokens_in == 5000
+    assert len(fake_openai.requests) == 1
+
+
+def test_complete_raises_the_errors_the_engine_maps(fake_openai: FakeOpenAI) -> None:
+    request = ModelRequest(phase="finalize", messages=({"role": "user", "content": "hi"},))
+    fake_openai.queue(Reply(stall=True))
+    with pytest.raises(ModelTimeoutError):
+        asyncio.run(model(fake_openai, timeout=0.3).complete(request))
+    fake_openai.released.set()
+    fake_openai.queue(Reply(status=418, body=error_body("teapot")))
+    with pytest.raises(ModelError) as raised:
+        asyncio.run(model(fake_openai).complete(request))
+    assert raised.value.kind == "http_418"
+
+
+def test_openai_itself_needs_a_key() -> None:
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY is not set"):
+        OpenAIModel("gpt-4.1-mini")
+
+
+def test_openai_model_reads_the_openai_settings(fake_openai: FakeOpenAI) -> None:
+    settings = OpenAISettings(
+        api_key="sk-abc",  # type: ignore[arg-type]
+        model="gpt-4.1-nano",
+        base_url=fake_openai.url,
+        timeout_seconds=7,
+    )
+
+    built = openai_model("", settings=settings)
+    overridden = openai_model("other", base_url="http://127.0.0.1:1/v1", settings=settings)
+
+    assert built.name == "openai:gpt-4.1-nano"
+    assert built.base_url == fake_openai.url
+    assert overridden.name == "openai:other"
+    assert overridden.base_url == "http://127.0.0.1:1/v1"
+    assert "sk-abc" not in repr(built) + repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("gpt-4.1-mini", (1000 * 0.40 + 500 * 1.60) / 1e6),
+        ("gpt-4.1-mini-2025-04-14", (1000 * 0.40 + 500 * 1.60) / 1e6),
+        ("gpt-4.1", (1000 * 2.00 + 500 * 8.00) / 1e6),
+        ("gpt-4o-mini", (1000 * 0.15 + 500 * 0.60) / 1e6),
+        ("SmolLM2-135M-Instruct", 0.0),
+        ("gpt-4.1-minimal", 0.0),
+    ],
+)
+def test_price_usd_knows_openai_models_and_snapshots(name: str, expected: float) -> None:
+    assert price_usd(name, 1000, 500) == pytest.approx(expected)
+
+
+def test_retry_delay_doubles_caps_and_honours_retry_after() -> None:
+    policy = RetryPolicy(attempts=5, backoff_seconds=1, max_backoff_seconds=3)
+
+    assert 0.5 <= policy.delay(1) <= 1
+    assert 1 <= policy.delay(2) <= 2
+    assert 1.5 <= policy.delay(5) <= 3
+    assert policy.delay(1, retry_after=2.5) == 2.5
+    assert policy.delay(1, retry_after=60) == 3
+
+
+def test_the_first_structured_output_form_can_be_chosen(fake_openai: FakeOpenAI) -> None:
+    fake_openai.queue(ok(PLAN), ok(ANSWER))
+    chosen = model(fake_openai, structured_output="json_object+schema")
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=chosen)
+
+    assert result.stop_reason == "success"
+    (plan_request,) = fake_openai.plan_requests()
+    assert plan_request["response_format"]["type"] == "json_object"
+    assert plan_request["response_format"]["schema"]["$defs"]["step_1"]
+    with pytest.raises(ConfigError, match="structured_output must be one of"):
+        model(fake_openai, structured_output="xml")

@@ -1,0 +1,358 @@
+"""One conformance suite that every store backend passes (SQLite file and PostgreSQL)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from sqlalchemy import func, insert, select, update
+
+from taskdecomp import stops
+from taskdecomp.budget import Usage
+from taskdecomp.errors import CorruptRecordError, RunNotFoundError, StoreError, StoreValueError
+from taskdecomp.plan import Plan, Step, TaskId
+from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
+from taskdecomp.store import (
+    AttemptStart,
+    Checkpoint,
+    EventRecord,
+    NewRun,
+    SqlStore,
+    codec,
+    open_store,
+    schema,
+)
+
+AWKWARD = 'nul:\x00 surrogate:\ud800 other:\udfff emoji:\U0001f600 quote:" backslash:\\ é'
+
+
+def new_run(run_id: str = "r1", goal: str = "a goal", **config: Any) -> NewRun:
+    return NewRun(
+        run_id=RunId(run_id),
+        goal=goal,
+        model="scripted:plan.json",
+        tools="tools.py",
+        config={"budget": {"max_tool_calls": 8}, "allow": ["a", "b"], **config},
+    )
+
+
+def make_plan(*ids: str) -> Plan:
+    return Plan(
+        steps=tuple(
+            Step(id=TaskId(i), title=f"do {i}", tool="t", args={"n": n}) for n, i in enumerate(ids)
+        )
+    )
+
+
+def start(step_id: str, no: int = 1, side_effects: Any = "read_only", run_id: str = "r1") -> Any:
+    return AttemptStart(
+        step_no=no,
+        step_id=TaskId(step_id),
+        segment=1,
+        side_effects=side_effects,
+        idempotency_key=f"{run_id}:{step_id}",
+    )
+
+
+def trace(step_id: str, no: int = 1, ok: bool = True, **extra: Any) -> TraceEntry:
+    return TraceEntry(
+        step_no=no, step_id=TaskId(step_id), tool="t", args_hash="abc", ok=ok, **extra
+    )
+
+
+def finish(store: SqlStore, plan: Plan, *, run_id: str = "r1", answer: str = "done") -> RunResult:
+    result = RunResult(
+        run_id=RunId(run_id),
+        status="ok",
+        stop_reason=stops.SUCCESS,
+        answer=answer,
+        plan=plan,
+        usage=Usage(llm_calls=2, tool_calls=1, seconds=0.5),
+    )
+    store.finish_run(RunId(run_id), result, events=[])
+    return result
+
+
+def checkpoint_ok(
+    store: SqlStore, plan: Plan, step_no: int, observation: Any, *, attempt_id: int | None = None
+) -> None:
+    step = plan.steps[step_no - 1]
+    store.checkpoint(
+        RunId("r1"),
+        Checkpoint(
+            attempt=start(step.id, step_no),
+            attempt_id=attempt_id,
+            state="ok",
+            trace=trace(step.id, step_no),
+            history=HistoryEntry(step_no=step_no, plan_step=step, observation=observation),
+            usage=Usage(tool_calls=step_no),
+            events=[EventRecord(kind="StepFinished", at=1.0, data={"step_no": step_no})],
+        ),
+    )
+
+
+def count(store: SqlStore, table: Any) -> int:
+    with store._read() as conn:
+        return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+
+
+def test_a_new_run_is_stored_running_with_its_settings(store: SqlStore) -> None:
+    store.create_run(new_run(combiner_model=None))
+    stored = store.load_run(RunId("r1"))
+    assert stored.summary.status == "running"
+    assert stored.summary.stop_reason is None and stored.summary.finished_at is None
+    assert (stored.model, stored.tools, stored.segments) == ("scripted:plan.json", "tools.py", 1)
+    assert stored.config == {
+        "budget": {"max_tool_calls": 8},
+        "allow": ["a", "b"],
+        "combiner_model": None,
+    }
+    assert stored.plan is None and stored.history == () and stored.attempts == ()
+    assert stored.resumable
+
+
+def test_a_taken_run_id_is_refused(store: SqlStore) -> None:
+    store.create_run(new_run())
+    with pytest.raises(StoreError, match="'r1' is already stored"):
+        store.create_run(new_run(goal="another"))
+    assert store.load_run(RunId("r1")).summary.goal == "a goal"
+
+
+def test_an_unknown_run_id_names_the_id_and_how_to_list(store: SqlStore) -> None:
+    with pytest.raises(RunNotFoundError, match=r"no run 'nope'.*taskdecomp runs"):
+        store.load_run(RunId("nope"))
+
+
+def test_plan_checkpoints_and_finish_round_trip(store: SqlStore) -> None:
+    plan = make_plan("s1", "s2")
+    store.create_run(new_run())
+    store.save_plan(RunId("r1"), plan, events=[EventRecord(kind="PlanCreated", at=1.0, data={})])
+    checkpoint_ok(store, plan, 1, {"rows": [1, 2.5, None, True]})
+    checkpoint_ok(store, plan, 2, "text")
+    result = finish(store, plan)
+
+    stored = store.load_run(RunId("r1"))
+    assert stored.plan == plan
+    assert [(h.step_no, h.plan_step, h.observation) for h in stored.history] == [
+        (1, plan.steps[0], {"rows": [1, 2.5, None, True]}),
+        (2, plan.steps[1], "text"),
+    ]
+    assert stored.trace == (trace("s1", 1), trace("s2", 2))
+    assert stored.summary.status == "ok" and stored.summary.stop_reason == "success"
+    assert stored.summary.finished_at is not None
+    assert stored.result() == replace(result, trace=stored.trace, history=stored.history)
+    assert not stored.resumable
+    assert [e.kind for e in store.load_events(RunId("r1"))] == [
+        "PlanCreated",
+        "StepFinished",
+        "StepFinished",
+    ]
+
+
+def test_an_intent_is_committed_alone_then_completed_in_place(store: SqlStore) -> None:
+    plan = make_plan("s1")
+    store.create_run(new_run())
+    store.save_plan(RunId("r1"), plan, events=[])
+    attempt_id = store.record_intent(RunId("r1"), start("s1", side_effects="unsafe"))
+
+    pending = store.load_run(RunId("r1"))
+    assert [(a.id, a.state, a.trace) for a in pending.attempts] == [(attempt_id, "started", None)]
+    assert pending.in_doubt() == "s1"
+
+    checkpoint_ok(store, plan, 1, 42, attempt_id=attempt_id)
+    done = store.load_run(RunId("r1"))
+    assert [(a.id, a.state) for a in done.attempts] == [(attempt_id, "ok")]
+    assert done.in_doubt() is None
+    assert done.finished_steps() == {"s1"}
+
+
+@pytest.mark.parametrize(
+    ("side_effects", "state", "in_doubt"),
+    [
+        ("unsafe", "cancelled", True),
+        ("unsafe", "failed", False),
+        ("idempotent", "cancelled", False),
+        ("read_only", "started", False),
+    ],
+)
+def test_only_unsafe_attempts_without_an_outcome_are_in_doubt(
+    store: SqlStore, side_effects: Any, state: Any, in_doubt: bool
+) -> None:
+    store.create_run(new_run())
+    store.save_plan(RunId("r1"), make_plan("s1"), events=[])
+    store.checkpoint(
+        RunId("r1"),
+        Checkpoint(
+            attempt=start("s1", side_effects=side_effects),
+            attempt_id=None,
+            state=state,
+            trace=trace("s1", ok=False, error="cancelled before it finished"),
+            usage=Usage(),
+        ),
+    )
+    assert store.load_run(RunId("r1")).in_doubt() == ("s1" if in_doubt else None)
+
+
+def test_awkward_text_round_trips_identically(store: SqlStore) -> None:
+    step_id = f"step {AWKWARD}"
+    plan = Plan(steps=(Step(id=TaskId(step_id), title=AWKWARD, tool="t", args={AWKWARD: AWKWARD}),))
+    long_value = AWKWARD * 50_000  # about 3.5 million characters
+    observation = {"text": AWKWARD, AWKWARD: [long_value, "\x00" * 10]}
+    run_id = f"run {AWKWARD}"
+    store.create_run(new_run(run_id, goal=AWKWARD, note=AWKWARD))
+    store.save_plan(RunId(run_id), plan, events=[])
+    store.checkpoint(
+        RunId(run_id),
+        Checkpoint(
+            attempt=start(step_id, run_id=run_id),
+            attempt_id=None,
+            state="ok",
+            trace=trace(step_id, error=AWKWARD),
+            history=HistoryEntry(step_no=1, plan_step=plan.steps[0], observation=observation),
+            usage=Usage(),
+            events=[EventRecord(kind="StepFinished", at=1.0, data={"error": AWKWARD})],
+        ),
+    )
+    finish(store, plan, run_id=run_id, answer=AWKWARD)
+
+    stored = store.load_run(RunId(run_id))
+    assert stored.run_id == run_id
+    assert stored.summary.goal == AWKWARD
+    assert stored.config["note"] == AWKWARD
+    assert stored.plan == plan
+    assert stored.history[0].observation == observation
+    assert stored.trace[0].error == AWKWARD
+    assert stored.attempts[0].start.idempotency_key == f"{run_id}:{step_id}"
+    assert stored.answer == AWKWARD
+    assert store.load_events(RunId(run_id))[0].data == {"error": AWKWARD}
+    assert [s.run_id for s in store.list_runs()] == [run_id]
+
+
+def test_a_value_over_the_cap_is_refused_and_nothing_is_written(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = make_plan("s1")
+    store.create_run(new_run())
+    store.save_plan(RunId("r1"), plan, events=[])
+    monkeypatch.setattr(codec, "MAX_STORED_CHARS", 1000)
+    with pytest.raises(StoreValueError, match=r"observation of step 's1' is 2,002 characters"):
+        checkpoint_ok(store, plan, 1, "x" * 2000)
+    assert count(store, schema.attempts) == 0
+    assert count(store, schema.steps) == 0
+    assert count(store, schema.events) == 0
+    with pytest.raises(StoreValueError, match="cannot be stored as JSON"):
+        checkpoint_ok(store, plan, 1, {1, 2})
+
+
+def test_list_runs_is_newest_first_and_limited(store_url: str) -> None:
+    clock = itertools.count(1000.0)
+    store = open_store(store_url, now=lambda: next(clock))
+    for n in range(5):
+        store.create_run(new_run(f"r{n}"))
+    assert [s.run_id for s in store.list_runs()] == ["r4", "r3", "r2", "r1", "r0"]
+    assert [s.run_id for s in store.list_runs(limit=2)] == ["r4", "r3"]
+    finish(store, Plan(steps=()), run_id="r3")
+    summary = store.list_runs(limit=2)[1]
+    assert (summary.status, summary.stop_reason, summary.seconds) == ("ok", "success", 2.0)
+    store.close()
+
+
+def test_reopen_marks_the_run_running_for_a_new_segment(store: SqlStore) -> None:
+    store.create_run(new_run())
+    store.finish_run(
+        RunId("r1"),
+        RunResult(run_id=RunId("r1"), status="stopped", stop_reason=stops.MAX_SECONDS),
+        events=[],
+    )
+    assert store.load_run(RunId("r1")).resumable
+    store.reopen_run(RunId("r1"), segment=2, events=[])
+    stored = store.load_run(RunId("r1"))
+    assert (stored.summary.status, stored.summary.stop_reason, stored.segments) == (
+        "running",
+        None,
+        2,
+    )
+    with pytest.raises(StoreError, match="'r1' was resumed by another process meanwhile"):
+        store.reopen_run(RunId("r1"), segment=2, events=[])
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value", "complaint"),
+    [
+        (schema.runs, "config", "{not json", r"run 'r1': runs\.config does not decode"),
+        (schema.runs, "usage", '{"llm_calls": "many"}', r"run 'r1': runs\.usage does not decode"),
+        (schema.runs, "goal", 'a"b', r"runs\.goal does not decode"),
+        (schema.runs, "status", "paused", r"runs\.status is 'paused', not one of running"),
+        (schema.plans, "plan", '[{"id": "s1"}]', r"run 'r1': plans\.plan does not decode"),
+        (schema.steps, "observation", "[1,", r"run 'r1': step 's1' does not decode"),
+        (schema.attempts, "state", "maybe", r"attempt \d+ state is 'maybe'"),
+        (schema.attempts, "trace", '{"ok": 1}', r"attempt \d+ trace does not decode"),
+    ],
+)
+def test_rows_that_do_not_decode_fail_closed(
+    store: SqlStore, table: Any, column: str, value: str, complaint: str
+) -> None:
+    plan = make_plan("s1")
+    store.create_run(new_run())
+    store.save_plan(RunId("r1"), plan, events=[])
+    checkpoint_ok(store, plan, 1, "fine")
+    with store._write() as conn:
+        conn.execute(update(table).values({column: value}))
+    with pytest.raises(CorruptRecordError, match=complaint):
+        store.load_run(RunId("r1"))
+
+
+def test_a_step_result_outside_the_stored_plan_fails_closed(store: SqlStore) -> None:
+    plan = make_plan("s1")
+    store.create_run(new_run())
+    store.save_plan(RunId("r1"), plan, events=[])
+    other = replace(plan.steps[0], id=TaskId("ghost"))
+    store.checkpoint(
+        RunId("r1"),
+        Checkpoint(
+            attempt=start("ghost"),
+            attempt_id=None,
+            state="ok",
+            trace=trace("ghost"),
+            history=HistoryEntry(step_no=1, plan_step=other, observation=1),
+            usage=Usage(),
+        ),
+    )
+    with pytest.raises(CorruptRecordError, match="step 'ghost' has a result but is not in"):
+        store.load_run(RunId("r1"))
+
+
+def test_migrations_apply_once_and_are_recorded(store_url: str) -> None:
+    first = open_store(store_url)
+    first.close()
+    second = open_store(store_url)
+    with second._read() as conn:
+        versions = list(conn.execute(select(schema.migrations.c.version)).scalars())
+    assert versions == [m.version for m in schema.MIGRATIONS]
+    second.close()
+
+
+def test_a_database_from_a_newer_version_is_refused(store: SqlStore, store_url: str) -> None:
+    with store._write() as conn:
+        conn.execute(insert(schema.migrations).values(version=999, name="future", applied_at=0))
+    with pytest.raises(StoreError, match="schema version 999, newer than this taskdecomp"):
+        open_store(store_url)
+
+
+def test_foreign_keys_are_enforced(store: SqlStore) -> None:
+    with pytest.raises(StoreError, match="refused a write"):
+        store.save_plan(RunId("missing"), make_plan("s1"), events=[])
+
+
+def test_a_checkpoint_is_one_transaction(store: SqlStore) -> None:
+    plan = make_plan("s1")
+    store.create_run(new_run())
+    store.save_plan(RunId("r1"), plan, events=[])
+    checkpoint_ok(store, plan, 1, "first")
+    before = (count(store, schema.attempts), count(store, schema.events))
+    with pytest.raises(StoreError, match="refused a write"):
+        checkpoint_ok(store, plan, 1, "again")  # the attempt is written, then the step clashes
+    assert (count(store, schema.attempts), count(store, schema.events)) == before
+    assert store.load_run(RunId("r1")).history[0].observation == "first"
