@@ -279,11 +279,11 @@ def test_resume_needs_tools_when_none_were_stored(store: SqlStore) -> None:
 def test_resume_refuses_a_run_whose_settings_do_not_decode(store: SqlStore) -> None:
     tools = Tools(crash={("look", 1)})
     crash(tools, store)
-    with store._write() as conn:
+    with store.write() as conn:
         conn.execute(update(schema.runs).values(config='{"budget": {"max_tool_calls": 0}}'))
     with pytest.raises(CorruptRecordError, match=r"run 'r1': runs\.config does not decode"):
         again(tools, store)
-    with store._read() as conn:
+    with store.read() as conn:
         assert conn.execute(select(func.count()).select_from(schema.attempts)).scalar_one() == 0
 
 

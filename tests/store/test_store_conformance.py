@@ -94,7 +94,7 @@ def checkpoint_ok(
 
 
 def count(store: SqlStore, table: Any) -> int:
-    with store._read() as conn:
+    with store.read() as conn:
         return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
 
 
@@ -298,7 +298,7 @@ def test_rows_that_do_not_decode_fail_closed(
     store.create_run(new_run())
     store.save_plan(RunId("r1"), plan, events=[])
     checkpoint_ok(store, plan, 1, "fine")
-    with store._write() as conn:
+    with store.write() as conn:
         conn.execute(update(table).values({column: value}))
     with pytest.raises(CorruptRecordError, match=complaint):
         store.load_run(RunId("r1"))
@@ -328,14 +328,14 @@ def test_migrations_apply_once_and_are_recorded(store_url: str) -> None:
     first = open_store(store_url)
     first.close()
     second = open_store(store_url)
-    with second._read() as conn:
+    with second.read() as conn:
         versions = list(conn.execute(select(schema.migrations.c.version)).scalars())
     assert versions == [m.version for m in schema.MIGRATIONS]
     second.close()
 
 
 def test_a_database_from_a_newer_version_is_refused(store: SqlStore, store_url: str) -> None:
-    with store._write() as conn:
+    with store.write() as conn:
         conn.execute(insert(schema.migrations).values(version=999, name="future", applied_at=0))
     with pytest.raises(StoreError, match="schema version 999, newer than this taskdecomp"):
         open_store(store_url)

@@ -119,7 +119,8 @@ class SqlStore:
         self.url = normalize_url(url)
         self.name = self.url.render_as_string(hide_password=True)
         self._busy_timeout = busy_timeout
-        self._now = now
+        self.now = now
+        """The wall clock stored times come from."""
         self._engine = self._create_engine()
         self._reader = self._engine.execution_options(**{_BEGIN: "BEGIN"})
         try:
@@ -171,19 +172,21 @@ class SqlStore:
 
     def _migrate(self) -> None:
         """Apply pending migrations; an up-to-date store is only read, never locked."""
-        with self._read() as conn:
+        with self.read() as conn:
             if not schema.pending(conn):
                 return
-        with self._write() as conn:
-            schema.migrate(conn, now=self._now())
+        with self.write() as conn:
+            schema.migrate(conn, now=self.now())
 
     @contextmanager
-    def _write(self) -> Iterator[Connection]:
+    def write(self) -> Iterator[Connection]:
+        """A write transaction (``BEGIN IMMEDIATE`` on SQLite); driver errors as StoreError."""
         with self._errors(), self._engine.begin() as conn:
             yield conn
 
     @contextmanager
-    def _read(self) -> Iterator[Connection]:
+    def read(self) -> Iterator[Connection]:
+        """A read transaction (plain ``BEGIN`` on SQLite); driver errors as StoreError."""
         with self._errors(), self._reader.begin() as conn:
             yield conn
 
@@ -221,8 +224,8 @@ class SqlStore:
         Raises:
             StoreError: a run with this id is already stored, or the write failed.
         """
-        row = rows.new_run(run, now=self._now())
-        with self._write() as conn:
+        row = rows.new_run(run, now=self.now())
+        with self.write() as conn:
             if reads.run_exists(conn, run.run_id):
                 raise StoreError(
                     f"a run with id {run.run_id!r} is already stored; resume it or pick another id"
@@ -236,9 +239,9 @@ class SqlStore:
             StoreError: the run is no longer at segment ``segment - 1``: another process
                 resumed it since it was loaded.
         """
-        now = self._now()
+        now = self.now()
         runs = schema.runs
-        with self._write() as conn:
+        with self.write() as conn:
             reopened = conn.execute(
                 update(runs)
                 .where(runs.c.id == rows.key(run_id), runs.c.segments == segment - 1)
@@ -259,15 +262,15 @@ class SqlStore:
 
     def save_plan(self, run_id: RunId, plan: Plan, *, events: Sequence[EventRecord]) -> None:
         """Store the run's validated plan."""
-        row = rows.plan(run_id, plan, now=self._now())
-        with self._write() as conn:
+        row = rows.plan(run_id, plan, now=self.now())
+        with self.write() as conn:
             conn.execute(insert(schema.plans).values(**row))
             self._events(conn, run_id, events)
 
     def record_intent(self, run_id: RunId, attempt: AttemptStart) -> int:
         """Commit the intent to call a step's tool; return the attempt's id."""
-        row = rows.attempt_start(run_id, attempt, now=self._now())
-        with self._write() as conn:
+        row = rows.attempt_start(run_id, attempt, now=self.now())
+        with self.write() as conn:
             result = conn.execute(_INSERT_ATTEMPT, row)
             primary_key = result.inserted_primary_key
             assert primary_key is not None  # a single-row insert always has one
@@ -279,13 +282,13 @@ class SqlStore:
         Everything is encoded before the transaction starts, so a value the store refuses
         raises :class:`~taskdecomp.errors.StoreValueError` with nothing written.
         """
-        now = self._now()
+        now = self.now()
         attempt_row = rows.attempt_end(run_id, checkpoint, now=now)
         step_row = rows.step(run_id, checkpoint.history, now=now) if checkpoint.history else None
         usage = rows.usage(checkpoint.usage)
         event_rows = rows.events(run_id, checkpoint.events)
         touch = {"b_key": rows.key(run_id), "b_usage": usage, "b_now": now}
-        with self._write() as conn:
+        with self.write() as conn:
             if checkpoint.attempt_id is None:
                 conn.execute(_INSERT_ATTEMPT, attempt_row)
             else:
@@ -301,9 +304,9 @@ class SqlStore:
         self, run_id: RunId, result: RunResult, *, events: Sequence[EventRecord]
     ) -> None:
         """Store how the run ended."""
-        now = self._now()
+        now = self.now()
         values = rows.finished(result, now=now)
-        with self._write() as conn:
+        with self.write() as conn:
             conn.execute(
                 update(schema.runs).where(schema.runs.c.id == rows.key(run_id)).values(**values)
             )
@@ -316,17 +319,17 @@ class SqlStore:
             RunNotFoundError: no run has this id.
             CorruptRecordError: a row does not decode.
         """
-        with self._read() as conn:
+        with self.read() as conn:
             return reads.load_run(conn, run_id, store=self.name)
 
     def list_runs(self, *, limit: int | None = None) -> list[RunSummary]:
         """Stored runs, newest first, at most ``limit`` of them (all when ``None``)."""
-        with self._read() as conn:
+        with self.read() as conn:
             return reads.list_runs(conn, limit=limit)
 
     def load_events(self, run_id: RunId) -> list[EventRecord]:
         """A run's stored events, in order."""
-        with self._read() as conn:
+        with self.read() as conn:
             return reads.load_events(conn, run_id)
 
     def close(self) -> None:

@@ -39,7 +39,7 @@ class TreeRepository:
 
     def create_plan(self, title: str, roots: Sequence[NewNode] = ()) -> PlanTree:
         """Store a new plan with ``roots``, in one transaction; return it."""
-        with self.store._write() as conn:
+        with self.store.write() as conn:
             row = {"title": encode_text(title, what="the plan title"), "created_at": self._now()}
             plan_id = PlanTreeId(int(_inserted_id(conn.execute(insert(plan_trees).values(**row)))))
             self._insert(conn, plan_id, None, roots, start=0)
@@ -52,7 +52,7 @@ class TreeRepository:
             TreeNotFoundError: no plan has this id.
             CorruptRecordError: a row does not decode.
         """
-        with self.store._read() as conn:
+        with self.store.read() as conn:
             return _load(conn, plan_id)
 
     def create_task(self, plan_id: PlanTreeId, parent_id: NodeId | None, node: NewNode) -> PlanNode:
@@ -82,7 +82,7 @@ class TreeRepository:
             values["context"] = encode_json(context.to_dict(), what="the node context")
         if leaf is not None:
             values["leaf"] = leaf
-        with self.store._write() as conn:
+        with self.store.write() as conn:
             plan_id = _plan_of(conn, node_id)
             if values:
                 conn.execute(update(plan_nodes).where(plan_nodes.c.id == node_id).values(**values))
@@ -107,7 +107,7 @@ class TreeRepository:
             TreeNotFoundError: the plan or the parent does not exist.
             StoreError: a write failed; nothing of this call was stored.
         """
-        with self.store._write() as conn:
+        with self.store.write() as conn:
             _check_parent(conn, plan_id, parent_id)
             if replace:
                 _delete_children(conn, plan_id, parent_id)
@@ -125,7 +125,7 @@ class TreeRepository:
             .scalar_subquery()
         )
         query = select(plan_trees.c.id, plan_trees.c.title, count).order_by(plan_trees.c.id.desc())
-        with self.store._read() as conn:
+        with self.store.read() as conn:
             return [
                 (PlanTreeId(row[0]), decode_text(row[1], where="plan title"), int(row[2]))
                 for row in conn.execute(query)
@@ -153,7 +153,7 @@ class TreeRepository:
         return ids
 
     def _now(self) -> float:
-        return self.store._now()
+        return self.store.now()
 
 
 def _inserted_id(result: Any) -> int:
