@@ -81,11 +81,14 @@ class Meter:
     tokens_out: int = 0
     cost_usd: float = 0.0
 
-    def before_model_call(self, phase: LlmPhase, *, estimated_tokens: int) -> None:
+    def before_model_call(
+        self, phase: LlmPhase, *, estimated_tokens: int, estimated_cost_usd: float = 0.0
+    ) -> None:
         """Check the model budgets before a call; count the call.
 
         Raises:
-            StopRun: ``max_llm_calls`` or ``max_tokens`` when the call would exceed them.
+            StopRun: ``max_llm_calls``, ``max_tokens`` or ``max_cost`` when the call would
+                exceed them.
         """
         budget = self.budget
         if budget.max_llm_calls is not None and self.llm_calls >= budget.max_llm_calls:
@@ -96,8 +99,16 @@ class Meter:
                 llm_phase=phase,
                 message=f"about {estimated_tokens} more tokens would exceed {budget.max_tokens}",
             )
-        if budget.max_cost_usd is not None and self.cost_usd >= budget.max_cost_usd:
-            raise StopRun(stops.MAX_COST, llm_phase=phase)
+        if budget.max_cost_usd is not None and (
+            self.cost_usd >= budget.max_cost_usd
+            or self.cost_usd + estimated_cost_usd > budget.max_cost_usd
+        ):
+            raise StopRun(
+                stops.MAX_COST,
+                llm_phase=phase,
+                message=f"about ${estimated_cost_usd:.6f} more would exceed "
+                f"${budget.max_cost_usd:g}",
+            )
         self.llm_calls += 1
 
     def after_model_call(

@@ -18,7 +18,13 @@ from taskdecomp.durable import Journal
 from taskdecomp.errors import ModelError, ModelTimeoutError
 from taskdecomp.events import EventBus, ModelCalled
 from taskdecomp.gateway import ToolGateway
-from taskdecomp.models.base import Model, ModelRequest, ModelResponse, estimate_tokens
+from taskdecomp.models.base import (
+    Model,
+    ModelRequest,
+    ModelResponse,
+    PricedModel,
+    estimate_tokens,
+)
 from taskdecomp.run import HistoryEntry, RunId, TraceEntry
 from taskdecomp.stops import StopRun, invalid_plan, with_detail
 
@@ -53,10 +59,13 @@ class RunContext:
                 ``llm_empty``, ``llm_error:<kind>`` or ``invalid_plan:truncated``.
         """
         phase = request.phase
-        self.meter.before_model_call(phase, estimated_tokens=estimate_tokens(request.text()))
+        chosen = model or self.model
+        tokens = estimate_tokens(request.text())
+        cost = chosen.estimate_cost(tokens) if isinstance(chosen, PricedModel) else 0.0
+        self.meter.before_model_call(phase, estimated_tokens=tokens, estimated_cost_usd=cost)
         started = self.clock()
         try:
-            response = await (model or self.model).complete(request)
+            response = await chosen.complete(request)
         except ModelTimeoutError as exc:
             self._called(phase, ok=False, started=started)
             raise StopRun(stops.LLM_TIMEOUT, llm_phase=phase, message=str(exc)) from exc

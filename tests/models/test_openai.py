@@ -317,3 +317,11 @@ def test_the_first_structured_output_form_can_be_chosen(fake_openai: FakeOpenAI)
     assert plan_request["response_format"]["schema"]["$defs"]["step_1"]
     with pytest.raises(ConfigError, match="structured_output must be one of"):
         model(fake_openai, structured_output="xml")
+
+
+def test_cost_is_estimated_before_a_call_only_where_it_is_billed(
+    fake_openai: FakeOpenAI,
+) -> None:
+    billed = OpenAIModel("gpt-4.1-mini", api_key="sk-test")
+    assert billed.estimate_cost(1_000_000) == pytest.approx(0.40)
+    assert model(fake_openai).estimate_cost(1_000_000) == 0.0  # a self-hosted server is free

@@ -481,3 +481,16 @@ def test_run_sync_refuses_a_running_loop() -> None:
             run_sync(SEED_GOAL, tools=SALES_TOOLS, model=ScriptedModel(responses=[]))
 
     asyncio.run(inside())
+
+
+def test_max_cost_stops_before_a_call_estimated_to_exceed_it() -> None:
+    class Priced(FixedModel):
+        def estimate_cost(self, tokens_in: int) -> float:
+            return tokens_in * 0.001
+
+    model = Priced(ModelResponse(text=json.dumps(seed_plan()), cost_usd=0.0))
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model, budget=Budget(max_cost_usd=0.05))
+    assert result.stop_reason == "max_cost"
+    assert result.llm_phase == "plan"
+    assert model.calls == []  # never sent
+    assert "would exceed" in (result.message or "")

@@ -67,6 +67,15 @@ class Model(Protocol):
         ...
 
 
+@runtime_checkable
+class PricedModel(Protocol):
+    """A model that can say what a call will cost before it is made."""
+
+    def estimate_cost(self, tokens_in: int) -> float:
+        """The USD cost of sending ``tokens_in`` prompt tokens (output not included)."""
+        ...
+
+
 def estimate_tokens(text: str) -> int:
     """A rough token count (4 characters a token) for budgets before a call."""
     return max(1, (len(text) + 3) // 4)

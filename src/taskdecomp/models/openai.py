@@ -202,6 +202,10 @@ class OpenAIModel:
         """The model string, ``openai:MODEL``."""
         return f"openai:{self._model}"
 
+    def estimate_cost(self, tokens_in: int) -> float:
+        """What sending ``tokens_in`` prompt tokens costs (0 off OpenAI's own endpoint)."""
+        return price_usd(self._model, tokens_in, 0) if self._priced else 0.0
+
     @property
     def structured_output(self) -> StructuredOutput:
         """The ``response_format`` form this model sends with a JSON schema now."""
