@@ -113,28 +113,62 @@ def response_schema(*, max_children: int) -> dict[str, Any]:
     return schema
 
 
+class ExistingChild(BaseModel):
+    """A child the target task already has."""
+
+    id: int
+    name: str
+
+
+class TargetTask(BaseModel):
+    """The node to decompose, with where it stands in the plan."""
+
+    id: int
+    name: str
+    instruction: str
+    path: list[str]
+    """Names from the root down to this node."""
+    existing_children: list[ExistingChild]
+
+
+class Constraints(BaseModel):
+    """What an answer must respect."""
+
+    max_children: int
+    dependencies: str = "ids of existing nodes of this plan only"
+    allowed_child_keys: list[str] = Field(
+        default_factory=lambda: ["name", "instruction", "dependencies", "context", "leaf"]
+    )
+
+
+class DecompositionRequest(BaseModel):
+    """What the decomposer sends for one node (seed 002, section 4.1)."""
+
+    target_task: TargetTask
+    plan_outline: str
+    """The plan as indented ``[id] name`` lines, truncated."""
+    constraints: Constraints
+    mode_hint: Mode
+
+
 def build_request(
     tree: PlanTree, node: PlanNode, *, mode: Mode, max_children: int, outline_chars: int
-) -> dict[str, Any]:
-    """The request payload for decomposing ``node`` (seed 002, section 4.1)."""
-    return {
-        "target_task": {
-            "id": node.id,
-            "name": node.name,
-            "instruction": node.instruction,
-            "path": [step.name for step in tree.path(node.id)],
-            "existing_children": [
-                {"id": child.id, "name": child.name} for child in tree.children(node.id)
+) -> DecompositionRequest:
+    """The request for decomposing ``node``."""
+    return DecompositionRequest(
+        target_task=TargetTask(
+            id=node.id,
+            name=node.name,
+            instruction=node.instruction,
+            path=[step.name for step in tree.path(node.id)],
+            existing_children=[
+                ExistingChild(id=child.id, name=child.name) for child in tree.children(node.id)
             ],
-        },
-        "plan_outline": outline(tree, max_chars=outline_chars),
-        "constraints": {
-            "max_children": max_children,
-            "dependencies": "ids of existing nodes of this plan only",
-            "allowed_child_keys": ["name", "instruction", "dependencies", "context", "leaf"],
-        },
-        "mode_hint": mode,
-    }
+        ),
+        plan_outline=outline(tree, max_chars=outline_chars),
+        constraints=Constraints(max_children=max_children),
+        mode_hint=mode,
+    )
 
 
 def outline(tree: PlanTree, *, max_chars: int) -> str:

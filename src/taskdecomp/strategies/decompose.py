@@ -241,7 +241,7 @@ class PlanDecomposer:
         )
         messages: list[Any] = [
             {"role": "system", "content": render("decomposer", max_children=opts.max_children)},
-            {"role": "user", "content": json.dumps(payload, ensure_ascii=True)},
+            {"role": "user", "content": json.dumps(payload.model_dump(), ensure_ascii=True)},
         ]
         failure = StopRun(stops.LLM_EMPTY)
         async with semaphore:
