@@ -167,6 +167,25 @@ def test_resume_continues_a_crashed_run_with_its_stored_tools_and_model(
     assert ledger(project) == ["look 1", "look 1", "look 2", "charge 3"]
 
 
+def test_a_run_started_with_relative_paths_resumes_from_another_directory(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project / "crash-look").touch()
+    monkeypatch.chdir(project)
+    with pytest.raises(BaseException) as died:  # the toolset's Crash: the process dies
+        main(["run", "the goal", "--tools", "tools.py", "--model", "scripted:script.json"])
+    assert type(died.value).__name__ == "Crash"
+    capsys.readouterr()
+    elsewhere = project / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    [listed] = json.loads(cli(capsys, "runs", "--json")[1])
+    code, out, err = cli(capsys, "resume", listed["run_id"], "--json")
+    assert code == 0, err
+    assert json.loads(out)["stop_reason"] == "success"
+    assert ledger(project) == ["look 1", "look 1", "look 2", "charge 3"]
+
+
 def test_resume_stops_on_an_unsafe_step_that_may_have_run(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -130,7 +130,8 @@ class LocalModel:
                 )
             self._path, self._name = found, "local"
         else:
-            self._path, self._name = Path(path), f"local:{path}"
+            self._path = Path(path).expanduser().absolute()  # resumable from any directory
+            self._name = f"local:{self._path}"
             if not self._path.is_file():
                 raise ModelNotFoundError(
                     f"GGUF file {str(path)!r} does not exist; give the path of a .gguf model"

@@ -87,7 +87,7 @@ class ScriptedModel:
         Raises:
             ModelNotFoundError: the file is missing, not JSON, or not a script.
         """
-        name = f"scripted:{path}"
+        name = f"scripted:{Path(path).expanduser().absolute()}"  # resumable from any directory
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError as exc:

@@ -111,8 +111,8 @@ async def run(
             ctx.run_id,
             goal,
             tools=tools,
-            model=model,
-            combiner_model=combiner_model,
+            model=ctx.model,  # the resolved model's name: file paths made absolute
+            combiner_model=combiner,
             allow=ctx.gateway.allow,
             budget=budget,
         )
