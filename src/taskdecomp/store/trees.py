@@ -112,9 +112,7 @@ class TreeRepository:
             if replace:
                 _delete_children(conn, plan_id, parent_id)
             start = _next_position(conn, plan_id, parent_id)
-            ids = self._insert(conn, plan_id, parent_id, children, start=start)
-        tree = self.get_plan_tree(plan_id)
-        return [node for node in tree.nodes if node.id in set(ids)]
+            return self._insert(conn, plan_id, parent_id, children, start=start)
 
     def list_plans(self) -> list[tuple[PlanTreeId, str, int]]:
         """Every plan: id, title and node count, newest first."""
@@ -139,18 +137,32 @@ class TreeRepository:
         nodes: Sequence[NewNode],
         *,
         start: int,
-    ) -> list[NodeId]:
+    ) -> list[PlanNode]:
+        """Insert ``nodes`` and return them as stored (the codec round-trips exactly)."""
         now = self._now()
-        ids = []
-        for offset, node in enumerate(nodes):
+        written = []
+        for position, node in enumerate(nodes, start=start):
             row = _node_row(node) | {
                 "plan_id": plan_id,
                 "parent_id": parent_id,
-                "position": start + offset,
+                "position": position,
                 "created_at": now,
             }
-            ids.append(NodeId(int(_inserted_id(conn.execute(insert(plan_nodes).values(**row))))))
-        return ids
+            node_id = NodeId(_inserted_id(conn.execute(insert(plan_nodes).values(**row))))
+            written.append(
+                PlanNode(
+                    id=node_id,
+                    plan_id=plan_id,
+                    parent_id=parent_id,
+                    position=position,
+                    name=node.name,
+                    instruction=node.instruction,
+                    dependencies=node.dependencies,
+                    context=node.context,
+                    leaf=node.leaf,
+                )
+            )
+        return written
 
     def _now(self) -> float:
         return self.store.now()
