@@ -19,8 +19,9 @@ from typing import Literal, NewType
 StopReason = NewType("StopReason", str)
 """A stop reason such as ``success`` or ``tool_error:fetch_sales_data``."""
 
-LlmPhase = Literal["plan", "finalize", "decompose"]
-"""The model call a model failure happened in (the seed's ``llm_phase``)."""
+LlmPhase = Literal["plan", "finalize", "decompose", "replan", "execute"]
+"""The model call a model failure happened in (the seed's ``llm_phase``): ``replan`` is the
+replanner, ``execute`` a turn of the executor agent."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -128,6 +129,43 @@ CODES: tuple[StopCode, ...] = (
         detail="<kind>",
         meaning="Decomposition: writing a node's children failed; none of them was kept.",
     ),
+    StopCode(
+        family="max_iterations",
+        detail=None,
+        meaning="Replan: the execute/replan rounds (`max_iterations`) are spent.",
+    ),
+    StopCode(
+        family="max_agent_turns",
+        detail="<step>",
+        meaning="Replan: the executor agent used all its turns on this step without finishing.",
+    ),
+    StopCode(
+        family="invalid_replan",
+        detail="<rule>",
+        meaning="Replan: the replanner's answer is neither a valid respond nor a valid plan.",
+    ),
+    StopCode(
+        family="invalid_action",
+        detail="<rule>",
+        meaning="Replan: an executor agent's action failed the policy boundary.",
+    ),
+    StopCode(
+        family="bad_ref",
+        detail="<step>",
+        meaning="A step's `$ref` argument names a step it does not depend on, or does not "
+        "resolve; the tool was not called.",
+    ),
+    StopCode(
+        family="awaiting_approval",
+        detail=None,
+        meaning="The run is paused until a human approves the plan or a tool call "
+        "(`taskdecomp approve` / `reject`).",
+    ),
+    StopCode(
+        family="approval_rejected",
+        detail=None,
+        meaning="A human rejected the plan or the tool call; see `message`.",
+    ),
 )
 """Every family of stop reasons, in the order the docs list them."""
 
@@ -144,6 +182,9 @@ LLM_TIMEOUT = StopReason("llm_timeout")
 LLM_EMPTY = StopReason("llm_empty")
 LOOP_DETECTED = StopReason("loop_detected")
 CANCELLED = StopReason("cancelled")
+MAX_ITERATIONS = StopReason("max_iterations")
+AWAITING_APPROVAL = StopReason("awaiting_approval")
+APPROVAL_REJECTED = StopReason("approval_rejected")
 
 
 def with_detail(family: str, detail: str) -> StopReason:

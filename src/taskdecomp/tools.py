@@ -40,6 +40,7 @@ class ToolOptions:
     description: str | None = None
     timeout: float | None = None
     side_effects: SideEffects = "read_only"
+    needs_approval: bool = False
 
 
 @overload
@@ -50,6 +51,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     side_effects: SideEffects = "read_only",
+    needs_approval: bool = False,
 ) -> Callable[[F], F]: ...
 def tool(
     fn: F | None = None,
@@ -58,6 +60,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     side_effects: SideEffects = "read_only",
+    needs_approval: bool = False,
 ) -> F | Callable[[F], F]:
     """Mark a function as a tool, optionally with options.
 
@@ -66,6 +69,8 @@ def tool(
         description: shown to the planner; defaults to the docstring's first line.
         timeout: seconds before the call ends with ``tool_timeout:<name>``.
         side_effects: ``"read_only"`` (default), ``"idempotent"`` or ``"unsafe"``.
+        needs_approval: pause the run for a human before every call of this tool
+            (``awaiting_approval``), in every strategy.
 
     The function itself is returned unchanged, so it stays callable as before.
     """
@@ -75,7 +80,12 @@ def tool(
         )
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
-    options = ToolOptions(description=description, timeout=timeout, side_effects=side_effects)
+    options = ToolOptions(
+        description=description,
+        timeout=timeout,
+        side_effects=side_effects,
+        needs_approval=needs_approval,
+    )
 
     def mark(func: F) -> F:
         setattr(func, _META_ATTR, options)
@@ -97,6 +107,8 @@ class ToolSpec:
     """Validates arguments; built from the type hints."""
     is_async: bool
     takes_idempotency_key: bool
+    needs_approval: bool = False
+    """Whether a human must approve each call before it is made."""
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], *, name: str | None = None) -> ToolSpec:
@@ -113,6 +125,7 @@ class ToolSpec:
             args_model=_args_model(fn, tool_name),
             is_async=inspect.iscoroutinefunction(fn),
             takes_idempotency_key=IDEMPOTENCY_PARAM in inspect.signature(fn).parameters,
+            needs_approval=options.needs_approval,
         )
 
     def args_schema(self) -> dict[str, Any]:
