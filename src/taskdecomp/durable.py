@@ -31,9 +31,14 @@ from taskdecomp import stops
 from taskdecomp.budget import Budget, Usage
 from taskdecomp.errors import ConfigError, CorruptRecordError, StoreError, StoreValueError
 from taskdecomp.events import (
+    AgentTurn,
+    ApprovalDecided,
+    ApprovalRequested,
     Event,
     ModelCalled,
     PlanCreated,
+    PlanRevised,
+    ReplanDecided,
     RunStarted,
     RunStopped,
     StepFinished,
@@ -120,9 +125,19 @@ class Journal:
             attempt_id = self.store.record_intent(self.run_id, start)
         return Attempt(self, start, attempt_id)
 
-    def finished(self, result: RunResult) -> None:
-        """Store how the run ended."""
-        self.store.finish_run(self.run_id, result, events=self.drain())
+    def step_done(self, entry: HistoryEntry) -> None:
+        """Checkpoint a step that finished without a call of its own (an instruction step)."""
+        self.store.save_step(self.run_id, entry, usage=self.usage(), events=self.drain())
+
+    def state_saved(
+        self, plan: Plan, state: Mapping[str, Any], *, approvals: Mapping[str, Any]
+    ) -> None:
+        """Checkpoint the strategy's state, the run's current plan and its approvals."""
+        self.store.save_state(self.run_id, plan, state, approvals=approvals, events=self.drain())
+
+    def finished(self, result: RunResult, *, approvals: Mapping[str, Any] | None = None) -> None:
+        """Store how the run ended (with its approvals, when it had any)."""
+        self.store.finish_run(self.run_id, result, events=self.drain(), approvals=approvals)
 
     def usage(self) -> Usage:
         """What the run has spent so far, across segments."""
@@ -148,8 +163,8 @@ class Attempt:
         except StoreValueError as exc:
             raise StopRun(with_detail("tool_error", tool), message=str(exc)) from exc
 
-    def succeeded(self, entry: TraceEntry, history: HistoryEntry) -> None:
-        """The checkpoint: the step's result, trace, usage and events in one transaction."""
+    def succeeded(self, entry: TraceEntry, history: HistoryEntry | None) -> None:
+        """The checkpoint: trace, step result (if the call ended the step), usage, events."""
         self._write("ok", entry, history)
 
     def failed(self, entry: TraceEntry) -> None:
@@ -191,6 +206,10 @@ class StoredConfig:
     allow: tuple[str, ...]
     """The tools the run allowed."""
     combiner_model: str | None
+    strategy: str = "plan_execute"
+    """The strategy the run uses."""
+    replan: Mapping[str, Any] | None = None
+    """The ``replan`` strategy's options."""
 
 
 class _ConfigModel(BaseModel):
@@ -198,6 +217,8 @@ class _ConfigModel(BaseModel):
     budget: dict[str, Any]
     allow: list[str]
     combiner_model: str | None = None
+    strategy: str = "plan_execute"
+    replan: dict[str, Any] | None = None
 
 
 def new_run(
@@ -209,13 +230,18 @@ def new_run(
     combiner_model: object,
     allow: Iterable[str],
     budget: Budget,
+    strategy: str = "plan_execute",
+    replan: Mapping[str, Any] | None = None,
 ) -> NewRun:
     """What to store when a run starts: enough for a resume to rebuild it."""
-    config = {
+    config: dict[str, Any] = {
         "budget": asdict(budget),
         "allow": sorted(allow),
         "combiner_model": model_name(combiner_model),
+        "strategy": strategy,
     }
+    if replan is not None:
+        config["replan"] = dict(replan)
     return NewRun(
         run_id=run_id, goal=goal, model=model_name(model), tools=tools_name(tools), config=config
     )
@@ -252,7 +278,13 @@ def stored_config(stored: StoredRun) -> StoredConfig:
             f"stored run {stored.run_id!r}: runs.config does not decode ({problem}); "
             "refusing to use it"
         ) from exc
-    return StoredConfig(budget=budget, allow=tuple(raw.allow), combiner_model=raw.combiner_model)
+    return StoredConfig(
+        budget=budget,
+        allow=tuple(raw.allow),
+        combiner_model=raw.combiner_model,
+        strategy=raw.strategy,
+        replan=raw.replan,
+    )
 
 
 def require(value: str | None, what: str, run_id: RunId) -> str:
@@ -297,6 +329,42 @@ def _event_data(event: Event) -> Mapping[str, Any]:
         return {"step_no": event.step_no, "step_id": event.step.id, "tool": event.step.tool}
     if isinstance(event, StepFinished):
         return _short(event.entry.to_dict())
+    return _replan_event_data(event)
+
+
+def _replan_event_data(
+    event: ReplanDecided
+    | PlanRevised
+    | AgentTurn
+    | ApprovalRequested
+    | ApprovalDecided
+    | RunStopped,
+) -> Mapping[str, Any]:
+    if isinstance(event, ReplanDecided):
+        return {"iteration": event.iteration, "kind": event.kind}
+    if isinstance(event, PlanRevised):
+        return {
+            "iteration": event.iteration,
+            "steps": len(event.plan.steps),
+            "changed": event.changed,
+        }
+    if isinstance(event, AgentTurn):
+        return {
+            "step_no": event.step_no,
+            "step_id": event.step_id,
+            "turn": event.turn,
+            "action": event.action,
+            "tool": event.tool,
+        }
+    if isinstance(event, ApprovalRequested):
+        return {"kind": event.request.kind, "digest": event.request.digest}
+    if isinstance(event, ApprovalDecided):
+        return {
+            "digest": event.digest,
+            "approved": event.approved,
+            "reason": event.reason,
+            "edited": event.edited,
+        }
     if isinstance(event, RunStopped):
         return {"status": event.result.status, "stop_reason": event.result.stop_reason}
     assert_never(event)

@@ -16,6 +16,7 @@ from taskdecomp.plan import Plan, Step
 from taskdecomp.stops import LlmPhase
 
 if TYPE_CHECKING:
+    from taskdecomp.approvals import ApprovalRequest
     from taskdecomp.run import RunId, RunResult, TraceEntry
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,63 @@ class StepFinished:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ReplanDecided:
+    """The replanner answered after a wave: ``respond`` (the answer) or a revised ``plan``."""
+
+    run_id: RunId
+    iteration: int
+    """The execute/replan round, from 1."""
+    kind: str
+    """``respond`` or ``plan``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanRevised:
+    """A revised plan (the remaining steps) passed the policy boundary."""
+
+    run_id: RunId
+    iteration: int
+    plan: Plan
+    changed: bool
+    """Whether it differs from the steps that were left."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentTurn:
+    """The executor agent chose an action for an instruction step."""
+
+    run_id: RunId
+    step_no: int
+    step_id: str
+    turn: int
+    """From 1; at most the agent's turn limit."""
+    action: str
+    """``call`` or ``finish``."""
+    tool: str | None = None
+    """The tool of a ``call``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalRequested:
+    """The run paused: a plan or a tool call waits for a human."""
+
+    run_id: RunId
+    request: ApprovalRequest
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalDecided:
+    """A human approved or rejected what was pending."""
+
+    run_id: RunId
+    digest: str
+    approved: bool
+    reason: str | None = None
+    edited: bool = False
+    """Whether the human replaced the plan with an edited one."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunStopped:
     """The run ended (any stop reason, including success)."""
 
@@ -75,7 +133,19 @@ class RunStopped:
     result: RunResult
 
 
-Event = RunStarted | ModelCalled | PlanCreated | StepStarted | StepFinished | RunStopped
+Event = (
+    RunStarted
+    | ModelCalled
+    | PlanCreated
+    | StepStarted
+    | StepFinished
+    | ReplanDecided
+    | PlanRevised
+    | AgentTurn
+    | ApprovalRequested
+    | ApprovalDecided
+    | RunStopped
+)
 """Every event type."""
 
 Subscriber = Callable[[Event], None]

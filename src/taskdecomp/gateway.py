@@ -61,7 +61,11 @@ class ToolGateway:
 
     def remember(self, name: str, args: Mapping[str, Any]) -> None:
         """Count a call made before a resume, so loop detection sees it."""
-        self._seen_calls.add(f"{name}:{args_hash(args)}")
+        self.remember_call(name, args_hash(args))
+
+    def remember_call(self, name: str, digest: str) -> None:
+        """Count a call made before a resume, by its argument hash (as in the trace)."""
+        self._seen_calls.add(f"{name}:{digest}")
 
     async def call(
         self,

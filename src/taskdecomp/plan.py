@@ -1,13 +1,15 @@
 """Plans: what to do. A plan is an ordered tuple of steps, optionally a DAG.
 
-A plan never records how its steps went; that is the run's business
+A step is either a **tool step** (call ``tool`` with ``args``, the seed's contract) or an
+**instruction step** (``instruction`` in words, carried out by the executor agent of the
+``replan`` strategy). A plan never records how its steps went; that is the run's business
 (:mod:`taskdecomp.run`). Plans are frozen; a revised plan is a new object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, NewType
 
 TaskId = NewType("TaskId", str)
@@ -16,27 +18,37 @@ TaskId = NewType("TaskId", str)
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Step:
-    """One step of a plan: call ``tool`` with ``args``."""
+    """One step of a plan: call ``tool`` with ``args``, or carry out ``instruction``."""
 
     id: TaskId
-    """Unique within the plan."""
+    """Unique within the plan (and, in a replanned run, across every revision)."""
     title: str
     """What the step is for, in words."""
-    tool: str
-    """The tool to call."""
-    args: Mapping[str, Any]
-    """The tool's arguments, as the model wrote them."""
+    tool: str | None = None
+    """The tool to call; ``None`` for an instruction step."""
+    args: Mapping[str, Any] = field(default_factory=dict)
+    """The tool's arguments, as the model wrote them (``{"$ref": ...}`` values included)."""
+    instruction: str | None = None
+    """What the executor agent should do; ``None`` for a tool step."""
     depends_on: tuple[TaskId, ...] | None = None
     """Steps that must finish first; ``None`` when the model did not say."""
 
+    @property
+    def tool_name(self) -> str:
+        """The tool of a tool step; ``"-"`` for an instruction step (for tables and traces)."""
+        return self.tool if self.tool is not None else "-"
+
     def to_dict(self) -> dict[str, Any]:
-        """The seed's JSON shape, plus ``depends_on`` when the plan declares it."""
-        data: dict[str, Any] = {
-            "id": self.id,
-            "title": self.title,
-            "tool": self.tool,
-            "args": dict(self.args),
-        }
+        """The seed's JSON shape, plus ``depends_on`` when the plan declares it.
+
+        An instruction step has ``instruction`` instead of ``tool`` and ``args``.
+        """
+        data: dict[str, Any] = {"id": self.id, "title": self.title}
+        if self.instruction is not None:
+            data["instruction"] = self.instruction
+        else:
+            data["tool"] = self.tool
+            data["args"] = dict(self.args)
         if self.depends_on is not None:
             data["depends_on"] = list(self.depends_on)
         return data
@@ -68,6 +80,31 @@ class Plan:
     def to_list(self) -> list[dict[str, Any]]:
         """The plan as the seed's JSON list of steps."""
         return [step.to_dict() for step in self.steps]
+
+    def ready(self, done: Collection[TaskId]) -> list[Step]:
+        """The steps not in ``done`` whose prerequisites all are, in plan order.
+
+        A prerequisite that is not a step of this plan counts as done (a revised plan may
+        depend on steps finished under an earlier revision).
+        """
+        ids = {step.id for step in self.steps}
+        return [
+            step
+            for step, deps in zip(self.steps, self.dependencies().values(), strict=True)
+            if step.id not in done and all(dep in done or dep not in ids for dep in deps)
+        ]
+
+    def ancestors(self, step_id: TaskId) -> set[TaskId]:
+        """Every step ``step_id`` waits for, directly or through others."""
+        deps = self.dependencies()
+        seen: set[TaskId] = set()
+        stack = list(deps.get(step_id, ()))
+        while stack:
+            current = stack.pop()
+            if current not in seen:
+                seen.add(current)
+                stack.extend(deps.get(current, ()))
+        return seen
 
 
 def find_cycle(edges: Mapping[TaskId, Iterable[TaskId]]) -> list[TaskId] | None:

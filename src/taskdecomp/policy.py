@@ -3,8 +3,10 @@
 :func:`parse_model_json` turns raw model text into JSON values, refusing anything a strict
 parser should not accept (NaN, duplicate keys, deep nesting, NUL, oversized text).
 :func:`validate_plan_action` applies the seed's ``validate_plan_action`` rules, in the
-seed's order and with its reason codes, plus ``depends_on`` checks. Both raise
-:class:`~taskdecomp.stops.StopRun`; nothing downstream ever sees an unchecked plan.
+seed's order and with its reason codes, plus ``depends_on`` and ``$ref`` checks, and, for
+the ``replan`` strategy, instruction steps and revised plans (a finished step's id may not
+come back). Both raise :class:`~taskdecomp.stops.StopRun`; nothing downstream ever sees an
+unchecked plan.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from taskdecomp.budget import MIN_PLAN_STEPS
 from taskdecomp.plan import Plan, Step, TaskId, find_cycle
+from taskdecomp.refs import check_refs
 from taskdecomp.stops import StopRun, invalid_plan
 
 MAX_JSON_CHARS = 200_000
@@ -24,6 +27,7 @@ MAX_JSON_DEPTH = 32
 
 PLAN_KEYS = frozenset({"kind", "steps"})
 STEP_KEYS = frozenset({"id", "title", "tool", "args", "depends_on"})
+INSTRUCTION_STEP_KEYS = frozenset({"id", "title", "instruction", "depends_on"})
 
 
 class _Rejected(ValueError):
@@ -84,14 +88,26 @@ def validate_plan_action(
     max_plan_steps: int,
     allowed_tools: Collection[str],
     min_plan_steps: int = MIN_PLAN_STEPS,
+    allow_instructions: bool = False,
+    finished: Collection[TaskId] = frozenset(),
 ) -> Plan:
     """Validate a parsed planner answer and return the plan it describes.
 
-    The checks and their reason codes follow the seed, in its order; ``depends_on`` is
-    checked after every step is known.
+    The checks and their reason codes follow the seed, in its order; ``depends_on`` and
+    ``$ref`` arguments are checked after every step is known.
+
+    Args:
+        action: the parsed answer.
+        max_plan_steps: most steps.
+        allowed_tools: the allowlist.
+        min_plan_steps: fewest steps.
+        allow_instructions: accept instruction steps (``replan`` strategy).
+        finished: steps an earlier revision finished: their ids may not come back, and
+            ``depends_on`` and ``$ref`` may name them.
 
     Raises:
-        StopRun: ``invalid_plan:<rule>`` for the first rule the plan breaks.
+        StopRun: ``invalid_plan:<rule>`` for the first rule the plan breaks, or
+            ``bad_ref:<step>`` for a reference to a step the step does not wait for.
     """
     if not isinstance(action, dict):
         raise StopRun(invalid_plan("not_object"))
@@ -113,19 +129,38 @@ def validate_plan_action(
     steps: list[Step] = []
     seen_ids: set[str] = set()
     for index, raw in enumerate(raw_steps, start=1):
-        step = _validate_step(raw, index, seen_ids, allowed_tools)
+        step = _validate_step(raw, index, seen_ids, allowed_tools, allow_instructions)
+        if step.id in finished:
+            raise StopRun(
+                invalid_plan(f"finished_step_id:{step.id}"),
+                message=f"step {step.id!r} already ran; a revised plan lists only new steps, "
+                "with new ids",
+            )
         seen_ids.add(step.id)
         steps.append(step)
-    _validate_dependencies(steps)
-    return Plan(steps=tuple(steps))
+    _validate_dependencies(steps, frozenset(finished))
+    plan = Plan(steps=tuple(steps))
+    for step in plan.steps:
+        check_refs(step, plan.ancestors(step.id) | set(finished))
+    return plan
 
 
 def _validate_step(
-    raw: Any, index: int, seen_ids: set[str], allowed_tools: Collection[str]
+    raw: Any,
+    index: int,
+    seen_ids: set[str],
+    allowed_tools: Collection[str],
+    allow_instructions: bool,
 ) -> Step:
     if not isinstance(raw, dict):
         raise StopRun(invalid_plan(f"step_{index}_not_object"))
-    if set(raw) - STEP_KEYS:
+    is_instruction = allow_instructions and "instruction" in raw
+    if is_instruction and "tool" in raw:
+        raise StopRun(
+            invalid_plan(f"step_{index}_tool_and_instruction"),
+            message="a step has either a tool (with args) or an instruction, not both",
+        )
+    if set(raw) - (INSTRUCTION_STEP_KEYS if is_instruction else STEP_KEYS):
         raise StopRun(invalid_plan(f"step_{index}_extra_keys"))
     step_id = raw.get("id")
     if not isinstance(step_id, str) or not step_id.strip():
@@ -135,6 +170,8 @@ def _validate_step(
     title = raw.get("title")
     if not isinstance(title, str) or not title.strip():
         raise StopRun(invalid_plan(f"step_{index}_missing_title"))
+    if is_instruction:
+        return _instruction_step(raw, index, step_id, title)
     tool = raw.get("tool")
     if not isinstance(tool, str) or not tool.strip():
         raise StopRun(invalid_plan(f"step_{index}_missing_tool"))
@@ -159,6 +196,18 @@ def _validate_step(
     )
 
 
+def _instruction_step(raw: dict[str, Any], index: int, step_id: str, title: str) -> Step:
+    instruction = raw.get("instruction")
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise StopRun(invalid_plan(f"step_{index}_missing_instruction"))
+    return Step(
+        id=TaskId(step_id.strip()),
+        title=title.strip(),
+        instruction=instruction.strip(),
+        depends_on=_depends_on(raw, index),
+    )
+
+
 def _depends_on(raw: dict[str, Any], index: int) -> tuple[TaskId, ...] | None:
     if "depends_on" not in raw:
         return None
@@ -171,8 +220,8 @@ def _depends_on(raw: dict[str, Any], index: int) -> tuple[TaskId, ...] | None:
     return tuple(dict.fromkeys(TaskId(v.strip()) for v in value))
 
 
-def _validate_dependencies(steps: list[Step]) -> None:
-    ids = {step.id for step in steps}
+def _validate_dependencies(steps: list[Step], finished: frozenset[TaskId]) -> None:
+    ids = {step.id for step in steps} | finished
     for step in steps:
         for dep in step.depends_on or ():
             if dep not in ids:

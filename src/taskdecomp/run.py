@@ -18,8 +18,9 @@ from taskdecomp.stops import LlmPhase, StopReason
 RunId = NewType("RunId", str)
 """The id of a run."""
 
-RunStatus = Literal["ok", "stopped"]
-"""``ok`` when the stop reason is ``success``, else ``stopped`` (the seed's values)."""
+RunStatus = Literal["ok", "stopped", "paused"]
+"""``ok`` when the stop reason is ``success``, ``paused`` while the run waits for a human
+(``awaiting_approval``), else ``stopped`` (the seed's values, plus ``paused``)."""
 
 
 def new_run_id() -> RunId:
@@ -92,6 +93,8 @@ class RunResult:
     trace: tuple[TraceEntry, ...] = ()
     history: tuple[HistoryEntry, ...] = ()
     usage: Usage = field(default_factory=Usage)
+    approval: dict[str, Any] | None = None
+    """What waits for a human (``kind``, ``digest``, ``subject``), while ``paused``."""
 
     @property
     def ok(self) -> bool:
@@ -112,4 +115,5 @@ class RunResult:
             "trace": [entry.to_dict() for entry in self.trace],
             "history": [entry.to_dict() for entry in self.history],
             "usage": asdict(self.usage),
+            "approval": self.approval,
         }

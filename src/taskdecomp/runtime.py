@@ -9,10 +9,12 @@ into stop reasons.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from taskdecomp import stops
+from taskdecomp.approvals import Approvals
 from taskdecomp.budget import Meter
 from taskdecomp.durable import Journal
 from taskdecomp.errors import ModelError, ModelTimeoutError
@@ -25,11 +27,22 @@ from taskdecomp.models.base import (
     PricedModel,
     estimate_tokens,
 )
+from taskdecomp.plan import Step
 from taskdecomp.run import HistoryEntry, RunId, TraceEntry
-from taskdecomp.stops import StopRun, invalid_plan, with_detail
+from taskdecomp.stops import StopRun, with_detail
 
 Clock = Callable[[], float]
 """Monotonic seconds; ``time.monotonic`` unless a test supplies another."""
+
+_STRUCTURED_PHASES = {
+    "plan": "invalid_plan",
+    "replan": "invalid_replan",
+    "execute": "invalid_action",
+}
+"""Phases whose answer is parsed, and the stop family of an answer cut off by the limit."""
+
+StepAgent = Callable[[int, Step], Awaitable[Any]]
+"""Carries out an instruction step (its number, the step) and returns the step's result."""
 
 
 @dataclass(kw_only=True)
@@ -47,6 +60,10 @@ class RunContext:
     history: list[HistoryEntry] = field(default_factory=list)
     journal: Journal | None = None
     """Where the run is checkpointed; ``None`` keeps it in memory only."""
+    approvals: Approvals = field(default_factory=Approvals)
+    """What a human approved, and what waits for one."""
+    agent: StepAgent | None = None
+    """Carries out instruction steps (the ``replan`` strategy's executor agent)."""
 
     async def ask(self, request: ModelRequest, *, model: Model | None = None) -> ModelResponse:
         """Call the model within the budgets.
@@ -56,7 +73,8 @@ class RunContext:
 
         Raises:
             StopRun: ``max_llm_calls``, ``max_tokens``, ``max_cost``, ``llm_timeout``,
-                ``llm_empty``, ``llm_error:<kind>`` or ``invalid_plan:truncated``.
+                ``llm_empty``, ``llm_error:<kind>`` or ``<family>:truncated`` for a plan, replan
+                or executor answer cut off by the length limit.
         """
         phase = request.phase
         chosen = model or self.model
@@ -83,11 +101,12 @@ class RunContext:
         )
         if not response.text.strip():
             raise StopRun(stops.LLM_EMPTY, llm_phase=phase)
-        if response.finish_reason == "length" and phase == "plan":
+        family = _STRUCTURED_PHASES.get(phase)
+        if response.finish_reason == "length" and family is not None:
             raise StopRun(
-                invalid_plan("truncated"),
+                with_detail(family, "truncated"),
                 llm_phase=phase,
-                message="the model hit its output limit; the plan was cut off",
+                message="the model hit its output limit; its answer was cut off",
             )
         return response
 

@@ -6,6 +6,13 @@ most ``max_parallel`` at once, started in plan order. The first step that stops 
 cancels the others. The run's deadline is the caller's ``asyncio.timeout``; cancellation
 reaches in-flight steps wherever they are.
 
+:func:`execute_wave` runs only the steps that are ready now (the ``replan`` strategy asks
+its replanner after each wave).
+
+Before a tool is called, ``$ref`` arguments are resolved from the results of earlier steps
+(:mod:`taskdecomp.refs`) and a ``needs_approval`` tool waits for a human
+(:mod:`taskdecomp.approvals`). An instruction step is handed to the run's agent.
+
 When the run has a journal, every step is checkpointed as it ends, before the next step can
 start; an ``unsafe`` tool's intent is committed before it is called.
 """
@@ -15,13 +22,16 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from taskdecomp import stops
+from taskdecomp.approvals import ApprovalRequest
 from taskdecomp.durable import Attempt
 from taskdecomp.events import StepFinished, StepStarted
 from taskdecomp.gateway import args_hash
 from taskdecomp.plan import Plan, Step, TaskId
+from taskdecomp.refs import refs_in, resolve_refs
 from taskdecomp.run import HistoryEntry, TraceEntry
 from taskdecomp.runtime import RunContext
 from taskdecomp.stops import StopRun
@@ -96,15 +106,105 @@ async def _cancel(running: dict[asyncio.Task[None], TaskId]) -> None:
         await asyncio.gather(*running, return_exceptions=True)
 
 
-async def run_step(step_no: int, step: Step, ctx: RunContext) -> None:
-    """Call one step's tool and record the outcome in ``ctx``.
+async def execute_wave(
+    plan: Plan,
+    ctx: RunContext,
+    *,
+    done: Collection[TaskId],
+    numbers: Mapping[TaskId, int],
+    max_parallel: int,
+) -> list[Step]:
+    """Run the steps of ``plan`` that are ready now (prerequisites in ``done``); return them.
+
+    ``numbers`` gives each step its number in the run. The steps run concurrently, at most
+    ``max_parallel`` at once, started in plan order; the first failure cancels the others.
 
     Raises:
-        StopRun: when the gateway refuses or the tool fails.
+        StopRun: the first step failure's reason.
     """
+    wave = plan.ready(done)
+    if len(wave) == 1:
+        await run_step(numbers[wave[0].id], wave[0], ctx)
+        return wave
+    waiting = list(reversed(wave))
+    running: dict[asyncio.Task[None], TaskId] = {}
+    try:
+        while waiting or running:
+            while waiting and len(running) < max_parallel:
+                step = waiting.pop()
+                running[asyncio.create_task(run_step(numbers[step.id], step, ctx))] = step.id
+            finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(finished, key=lambda t: numbers[running[t]]):
+                running.pop(task)
+                task.result()  # re-raises the step's StopRun
+    finally:
+        await _cancel(running)
+    return wave
+
+
+async def run_step(step_no: int, step: Step, ctx: RunContext) -> None:
+    """Carry out one step and record the outcome in ``ctx``.
+
+    Raises:
+        StopRun: when the gateway refuses, the tool fails, or the agent stops.
+    """
+    if step.instruction is not None:
+        await _run_instruction(step_no, step, ctx)
+        return
+    assert step.tool is not None  # a validated step has a tool or an instruction
+    observation = await call_tool(
+        step_no, step, ctx, tool=step.tool, args=step.args, call_id=step.id, finishes=True
+    )
+    del observation  # recorded as the step's history by call_tool
+
+
+async def _run_instruction(step_no: int, step: Step, ctx: RunContext) -> None:
+    if ctx.agent is None:
+        raise StopRun(
+            stops.invalid_plan("instruction_step"),
+            message=f"step {step.id!r} has an instruction; only the replan strategy runs those",
+        )
     ctx.events.emit(StepStarted(run_id=ctx.run_id, step_no=step_no, step=step))
     started = ctx.clock()
-    digest = args_hash(step.args)
+    result = await ctx.agent(step_no, step)
+    entry = TraceEntry(
+        step_no=step_no,
+        step_id=step.id,
+        tool=step.tool_name,
+        args_hash="",
+        ok=True,
+        seconds=round(ctx.clock() - started, 6),
+    )
+    history = HistoryEntry(step_no=step_no, plan_step=step, observation=result)
+    ctx.history.append(history)
+    ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry, observation=result))
+    if ctx.journal is not None:
+        ctx.journal.step_done(history)
+
+
+async def call_tool(
+    step_no: int,
+    step: Step,
+    ctx: RunContext,
+    *,
+    tool: str,
+    args: Mapping[str, Any],
+    call_id: str,
+    finishes: bool,
+) -> Any:
+    """Call ``tool`` for ``step`` through the gateway; record the trace (and the journal).
+
+    ``call_id`` names the call (the step id, or ``<step>#<turn>`` for an agent's call): it
+    keys the idempotency key and the approval. When ``finishes`` is true the call's result
+    is the step's result and goes into the history.
+
+    Raises:
+        StopRun: a refused or failed call, a bad ``$ref``, or a call waiting for approval.
+    """
+    started = ctx.clock()
+    digest = args_hash(args)
+    if finishes:
+        ctx.events.emit(StepStarted(run_id=ctx.run_id, step_no=step_no, step=step))
 
     def record(
         ok: bool, *, reason: stops.StopReason | None = None, error: str | None = None
@@ -112,7 +212,7 @@ async def run_step(step_no: int, step: Step, ctx: RunContext) -> None:
         entry = TraceEntry(
             step_no=step_no,
             step_id=step.id,
-            tool=step.tool,
+            tool=tool,
             args_hash=digest,
             ok=ok,
             stop_reason=reason,
@@ -122,15 +222,20 @@ async def run_step(step_no: int, step: Step, ctx: RunContext) -> None:
         ctx.trace.append(entry)
         return entry
 
-    key = f"{ctx.run_id}:{step.id}"
-    attempt = _begin(ctx, step_no, step, key)
+    key = f"{ctx.run_id}:{call_id}"
+    attempt: Attempt | None = None
     try:
-        observation = await ctx.gateway.call(
-            step.tool, step.args, idempotency_key=key, digest=digest
-        )
+        if finishes and any(True for _ in refs_in(args)):
+            args = resolve_refs(step, {h.plan_step.id: h.observation for h in ctx.history})
+            digest = args_hash(args)
+        _approve(ctx, call_id, tool, args)
+        attempt = _begin(ctx, step_no, step, tool, key)
+        observation = await ctx.gateway.call(tool, args, idempotency_key=key, digest=digest)
         if attempt is not None:
-            attempt.check(step.tool, observation)
+            attempt.check(tool, observation)
     except StopRun as stop:
+        if stop.reason == stops.AWAITING_APPROVAL:
+            raise  # nothing was called; the run pauses
         entry = record(False, reason=stop.reason, error=stop.message or None)
         ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry))
         if attempt is not None:
@@ -143,17 +248,27 @@ async def run_step(step_no: int, step: Step, ctx: RunContext) -> None:
             attempt.cancelled(entry)
         raise
     entry = record(True)
-    history = HistoryEntry(step_no=step_no, plan_step=step, observation=observation)
-    ctx.history.append(history)
-    ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry, observation=observation))
+    history = None
+    if finishes:
+        history = HistoryEntry(step_no=step_no, plan_step=step, observation=observation)
+        ctx.history.append(history)
+        ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry, observation=observation))
     if attempt is not None:
         attempt.succeeded(entry, history)
+    return observation
 
 
-def _begin(ctx: RunContext, step_no: int, step: Step, key: str) -> Attempt | None:
-    """Start the step's attempt in the journal (committing an ``unsafe`` intent), if any."""
+def _approve(ctx: RunContext, call_id: str, tool: str, args: Mapping[str, Any]) -> None:
+    """Pause for a human before a ``needs_approval`` tool, unless this call was approved."""
+    spec = ctx.gateway.toolset.get(tool)
+    if spec is not None and spec.needs_approval:
+        ctx.approvals.require(ApprovalRequest.for_call(call_id, tool, args))
+
+
+def _begin(ctx: RunContext, step_no: int, step: Step, tool: str, key: str) -> Attempt | None:
+    """Start the call's attempt in the journal (committing an ``unsafe`` intent), if any."""
     if ctx.journal is None:
         return None
-    spec = ctx.gateway.toolset.get(step.tool)
+    spec = ctx.gateway.toolset.get(tool)
     side_effects = spec.side_effects if spec is not None else "read_only"
     return ctx.journal.begin(step_no, step, side_effects=side_effects, key=key)

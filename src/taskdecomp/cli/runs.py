@@ -122,7 +122,7 @@ def _progress(console: Console) -> Callable[[Event], None]:
             console.print(f"[dim]plan[/] {len(event.plan.steps)} steps")
         elif isinstance(event, StepStarted):
             console.print(
-                f"[dim]step[/] {event.step_no} {escape(event.step.id)} -> {event.step.tool}"
+                f"[dim]step[/] {event.step_no} {escape(event.step.id)} -> {event.step.tool_name}"
             )
         elif isinstance(event, StepFinished) and not event.entry.ok:
             reason = event.entry.stop_reason or event.entry.error
@@ -149,7 +149,7 @@ def _summary(console: Console, result: RunResult) -> None:
                 "-" if entry is None else "ok" if entry.ok else (entry.stop_reason or "cancelled")
             )
             table.add_row(
-                str(no), step.id, step.title, step.tool, json.dumps(dict(step.args)), status
+                str(no), step.id, step.title, step.tool_name, json.dumps(dict(step.args)), status
             )
         console.print(table)
     elif result.raw_plan is not None:
@@ -326,7 +326,7 @@ def _plan_table(console: Console, stored: StoredRun) -> None:
     for no, step in enumerate(stored.plan.steps, start=1):
         args = short(json.dumps(dict(step.args), ensure_ascii=False), 80)
         mark = "yes" if step.id in done else "-"
-        cells = (step.id, step.title, step.tool, args)
+        cells = (step.id, step.title, step.tool_name, args)
         table.add_row(str(no), *(escape(short(cell, 80)) for cell in cells), mark)
     console.print(table)
 

@@ -23,12 +23,14 @@ optional, as the contract says.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 TITLE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ,.:;()'/&%#+=-]{0,59}$"
 """Step titles the schema allows: plain text up to 60 characters, so a small model cannot
 ramble or break the JSON inside one (the policy accepts any non-blank title)."""
+INSTRUCTION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ,.:;()'/&%#+=?-]{0,199}$"
+"""Instructions the schema allows: plain text up to 200 characters."""
 ARG_STRING_MAX_CHARS = 120
 """Longest free-text string argument the schema allows (where the tool sets no bound), so
 a constrained small model always finishes its JSON."""
@@ -40,7 +42,13 @@ def step_id(position: int) -> str:
 
 
 def plan_schema(
-    catalog: Iterable[Mapping[str, Any]], *, min_steps: int, max_steps: int
+    catalog: Iterable[Mapping[str, Any]],
+    *,
+    min_steps: int,
+    max_steps: int,
+    instructions: bool = False,
+    first: int = 1,
+    finished: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The JSON schema of a plan that uses only the tools in ``catalog``.
 
@@ -49,6 +57,10 @@ def plan_schema(
             (``name``, ``description``, ``args``).
         min_steps: fewest steps.
         max_steps: most steps.
+        instructions: also allow instruction steps (``{"id", "title", "instruction"}``).
+        first: the number of the first step's id (``step_<first>``): a revised plan
+            continues after the steps already planned.
+        finished: ids of finished steps that ``depends_on`` may also name.
 
     Returns:
         A self-contained schema. Its ``$defs`` hold each tool's arguments
@@ -58,12 +70,14 @@ def plan_schema(
     """
     defs: dict[str, Any] = {}
     tools = [_tool_args(entry, defs) for entry in catalog]
-    for position in range(1, max_steps + 1):
-        defs[step_id(position)] = _position(position, tools)
+    last = first + max_steps - 1
+    for position in range(first, last + 1):
+        earlier = [*finished, *(step_id(n) for n in range(first, position))]
+        defs[step_id(position)] = _position(position, tools, earlier, instructions)
     lengths = [
         {
             "type": "array",
-            "prefixItems": [{"$ref": f"#/$defs/{step_id(n)}"} for n in range(1, count + 1)],
+            "prefixItems": [{"$ref": f"#/$defs/{step_id(n)}"} for n in range(first, first + count)],
             "items": False,
             "minItems": count,
             "maxItems": count,
@@ -82,6 +96,17 @@ def plan_schema(
     }
 
 
+def tool_call_variants(catalog: Iterable[Mapping[str, Any]], defs: dict[str, Any]) -> list[Any]:
+    """One ``{"tool": <name>, "args": <its schema>}`` property pair per tool.
+
+    Each tool's argument schema is hoisted into ``defs``.
+    """
+    return [
+        {"tool": {"type": "string", "enum": [name]}, "args": {"$ref": ref}}
+        for name, ref in (_tool_args(entry, defs) for entry in catalog)
+    ]
+
+
 def _tool_args(entry: Mapping[str, Any], defs: dict[str, Any]) -> tuple[str, str]:
     """Hoist a tool's argument schema into ``defs``; return its name and ``$ref``."""
     name = str(entry["name"])
@@ -97,33 +122,42 @@ def _tool_args(entry: Mapping[str, Any], defs: dict[str, Any]) -> tuple[str, str
     return name, f"#/$defs/tool__{name}__args"
 
 
-def _position(position: int, tools: list[tuple[str, str]]) -> dict[str, Any]:
-    if not tools:
-        return _step_object(position, {"type": "string", "minLength": 1}, {"type": "object"})
+def _position(
+    position: int, tools: list[tuple[str, str]], earlier: list[str], instructions: bool
+) -> dict[str, Any]:
     variants = [
-        _step_object(position, {"type": "string", "enum": [name]}, {"$ref": ref})
+        _step_object(position, {"tool": {"type": "string", "enum": [name]}, "args": {"$ref": ref}})
         for name, ref in tools
     ]
+    if not tools:
+        variants = [
+            _step_object(
+                position, {"tool": {"type": "string", "minLength": 1}, "args": {"type": "object"}}
+            )
+        ]
+    if instructions:
+        text = {"type": "string", "pattern": INSTRUCTION_PATTERN}
+        variants.append(_step_object(position, {"instruction": text}))
+    if earlier:
+        for variant in variants:
+            variant["properties"]["depends_on"] = {
+                "type": "array",
+                "items": {"type": "string", "enum": earlier},
+                "maxItems": len(earlier),
+            }
     return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
 
-def _step_object(position: int, tool: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+def _step_object(position: int, body: dict[str, Any]) -> dict[str, Any]:
     properties: dict[str, Any] = {
         "id": {"type": "string", "enum": [step_id(position)]},
         "title": {"type": "string", "pattern": TITLE_PATTERN},
-        "tool": tool,
-        "args": args,
+        **body,
     }
-    if position > 1:
-        properties["depends_on"] = {
-            "type": "array",
-            "items": {"type": "string", "enum": [step_id(n) for n in range(1, position)]},
-            "maxItems": position - 1,
-        }
     return {
         "type": "object",
         "properties": properties,
-        "required": ["id", "title", "tool", "args"],
+        "required": ["id", "title", *body],
         "additionalProperties": False,
     }
 

@@ -9,7 +9,7 @@ transaction. :class:`~taskdecomp.store.sql.SqlStore` implements it for SQLite an
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from taskdecomp import stops
@@ -19,8 +19,9 @@ from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
 from taskdecomp.stops import LlmPhase, StopReason
 from taskdecomp.tools import SideEffects
 
-RunState = Literal["running", "ok", "stopped"]
-"""``running`` until the run ends (or while it is crashed), then the result's status."""
+RunState = Literal["running", "ok", "stopped", "paused"]
+"""``running`` until the run ends (or while it is crashed), then the result's status;
+``paused`` while it waits for a human."""
 
 AttemptState = Literal["started", "ok", "failed", "cancelled"]
 """``started``: the intent is committed and no outcome is known yet."""
@@ -131,6 +132,10 @@ class StoredRun:
     raw_plan: Any = None
     llm_phase: LlmPhase | None = None
     message: str | None = None
+    state: Mapping[str, Any] = field(default_factory=dict)
+    """The strategy's own checkpointed state (``{"replan": {...}}``)."""
+    approvals: Mapping[str, Any] = field(default_factory=dict)
+    """``approved`` digests and the ``pending`` request, when the run had approvals."""
 
     @property
     def run_id(self) -> RunId:
@@ -153,13 +158,17 @@ class StoredRun:
         return frozenset(entry.plan_step.id for entry in self.history)
 
     def in_doubt(self) -> TaskId | None:
-        """The first ``unsafe`` step that started, left no result and did not fail cleanly."""
+        """The first step with an ``unsafe`` call that may have taken effect, and no result.
+
+        That is a call that started and did not fail cleanly; for an instruction step, also
+        a call that succeeded before the step itself finished (its agent would start over).
+        """
         done = self.finished_steps()
         for attempt in self.attempts:
             start = attempt.start
             if start.side_effects != "unsafe" or start.step_id in done:
                 continue
-            if attempt.state in ("started", "cancelled"):
+            if attempt.state != "failed":
                 return start.step_id
         return None
 
@@ -174,9 +183,10 @@ class StoredRun:
         return self._result(self.summary.stop_reason)
 
     def _result(self, reason: StopReason) -> RunResult:
+        status = self.summary.status
         return RunResult(
             run_id=self.run_id,
-            status="ok" if self.summary.status == "ok" else "stopped",
+            status=status if status in ("ok", "paused") else "stopped",
             stop_reason=reason,
             answer=self.answer,
             plan=self.plan,
@@ -186,7 +196,17 @@ class StoredRun:
             trace=self.trace,
             history=self.history,
             usage=self.usage,
+            approval=self.pending_approval(),
         )
+
+    def pending_approval(self) -> dict[str, Any] | None:
+        """What waits for a human, while the run is paused."""
+        pending = self.approvals.get("pending")
+        return dict(pending) if self.summary.status == "paused" and pending else None
+
+    def ended(self, reason: StopReason, message: str | None) -> RunResult:
+        """This run as a result that ended with ``reason`` now (a rejection)."""
+        return replace(self._result(reason), status="stopped", message=message, approval=None)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: the result JSON with the stored status, plus what the store knows."""
@@ -202,6 +222,7 @@ class StoredRun:
             segments=self.segments,
             started_at=summary.started_at,
             finished_at=summary.finished_at,
+            state=dict(self.state),
         )
         return data
 
@@ -237,10 +258,33 @@ class Store(Protocol):
         """Store how an attempt ended, with its trace, history entry, usage and events."""
         ...
 
-    def finish_run(
-        self, run_id: RunId, result: RunResult, *, events: Sequence[EventRecord]
+    def save_step(
+        self, run_id: RunId, entry: HistoryEntry, *, usage: Usage, events: Sequence[EventRecord]
     ) -> None:
-        """Store how the run ended."""
+        """Store a finished step that made no call of its own (an instruction step)."""
+        ...
+
+    def save_state(
+        self,
+        run_id: RunId,
+        plan: Plan,
+        state: Mapping[str, Any],
+        *,
+        approvals: Mapping[str, Any],
+        events: Sequence[EventRecord],
+    ) -> None:
+        """Store the run's current plan (replacing the stored one), strategy state, approvals."""
+        ...
+
+    def finish_run(
+        self,
+        run_id: RunId,
+        result: RunResult,
+        *,
+        events: Sequence[EventRecord],
+        approvals: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Store how the run ended (and its approvals, when given)."""
         ...
 
     def load_run(self, run_id: RunId) -> StoredRun:

@@ -81,6 +81,10 @@ def load_run(conn: Connection, run_id: RunId, *, store: str) -> StoredRun:
         raw_plan=outcome.get("raw_plan"),
         llm_phase=_choice(outcome.get("llm_phase"), LlmPhase, f"{where}: runs.result"),
         message=_optional_str(outcome.get("message"), f"{where}: runs.result.message"),
+        state=_mapping(row.state, f"{where}: runs.state") if row.state is not None else {},
+        approvals=(
+            _mapping(row.approvals, f"{where}: runs.approvals") if row.approvals is not None else {}
+        ),
     )
 
 

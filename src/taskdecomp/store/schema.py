@@ -60,6 +60,8 @@ runs = Table(
     Column("started_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Column("finished_at", Float),
+    Column("state", Text),
+    Column("approvals", Text),
     Index("ix_runs_started_at", "started_at"),
 )
 
@@ -135,14 +137,35 @@ plan_nodes = Table(
 )
 
 
+_V1_RUN_COLUMNS = frozenset(
+    {
+        "id", "goal", "status", "stop_reason", "model", "tools", "config", "usage",
+        "result", "segments", "started_at", "updated_at", "finished_at",
+    }
+)  # fmt: skip
+
+
 def _v1_initial(conn: Connection) -> None:
-    for table in (runs, plans, steps, attempts, events):
+    # Create runs as version 1 had it; later migrations add their columns.
+    v1_runs = Table("runs", MetaData())
+    for column in runs.columns:
+        if column.name in _V1_RUN_COLUMNS:
+            v1_runs.append_column(column._copy())
+    for index in runs.indexes:
+        Index(index.name, *(v1_runs.c[c.name] for c in index.columns))
+    v1_runs.create(conn)
+    for table in (plans, steps, attempts, events):
         table.create(conn)
 
 
 def _v2_plan_trees(conn: Connection) -> None:
     plan_trees.create(conn)
     plan_nodes.create(conn)
+
+
+def _v4_run_state(conn: Connection) -> None:
+    for column in ("state", "approvals"):
+        conn.execute(text(f"ALTER TABLE runs ADD COLUMN {column} TEXT"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -157,6 +180,7 @@ class Migration:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(version=1, name="runs, plans, steps, attempts, events", apply=_v1_initial),
     Migration(version=2, name="plan trees for the decomposer", apply=_v2_plan_trees),
+    Migration(version=4, name="strategy state and approvals of a run", apply=_v4_run_state),
 )
 """Every migration, oldest first. Append only."""
 

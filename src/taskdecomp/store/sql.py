@@ -14,7 +14,7 @@ with a message that names the database (never its password) and says what to che
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from sqlalchemy import (
     Engine,
     bindparam,
     create_engine,
+    delete,
     event,
     insert,
     make_url,
@@ -34,9 +35,10 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from taskdecomp.budget import Usage
 from taskdecomp.errors import StoreError
 from taskdecomp.plan import Plan
-from taskdecomp.run import RunId, RunResult
+from taskdecomp.run import HistoryEntry, RunId, RunResult
 from taskdecomp.store import reads, rows, schema
 from taskdecomp.store.base import (
     AttemptStart,
@@ -46,6 +48,7 @@ from taskdecomp.store.base import (
     RunSummary,
     StoredRun,
 )
+from taskdecomp.store.codec import encode_json
 
 _BEGIN = "taskdecomp_sqlite_begin"
 """Execution option naming the statement that starts a SQLite transaction."""
@@ -300,12 +303,55 @@ class SqlStore:
             if event_rows:
                 conn.execute(_INSERT_EVENTS, event_rows)
 
-    def finish_run(
-        self, run_id: RunId, result: RunResult, *, events: Sequence[EventRecord]
+    def save_step(
+        self, run_id: RunId, entry: HistoryEntry, *, usage: Usage, events: Sequence[EventRecord]
     ) -> None:
-        """Store how the run ended."""
+        """Store a finished step that made no call of its own (an instruction step)."""
+        now = self.now()
+        step_row = rows.step(run_id, entry, now=now)
+        touch = {"b_key": rows.key(run_id), "b_usage": rows.usage(usage), "b_now": now}
+        with self.write() as conn:
+            conn.execute(_INSERT_STEP, step_row)
+            conn.execute(_TOUCH_RUN, touch)
+            self._events(conn, run_id, events)
+
+    def save_state(
+        self,
+        run_id: RunId,
+        plan: Plan,
+        state: Mapping[str, Any],
+        *,
+        approvals: Mapping[str, Any],
+        events: Sequence[EventRecord],
+    ) -> None:
+        """Store the run's current plan (replacing the stored one), strategy state, approvals."""
+        now = self.now()
+        plan_row = rows.plan(run_id, plan, now=now)
+        values = {
+            "state": encode_json(dict(state), what="the run's strategy state"),
+            "approvals": encode_json(dict(approvals), what="the run's approvals"),
+            "updated_at": now,
+        }
+        key = rows.key(run_id)
+        with self.write() as conn:
+            conn.execute(delete(schema.plans).where(schema.plans.c.run_id == key))
+            conn.execute(insert(schema.plans).values(**plan_row))
+            conn.execute(update(schema.runs).where(schema.runs.c.id == key).values(**values))
+            self._events(conn, run_id, events)
+
+    def finish_run(
+        self,
+        run_id: RunId,
+        result: RunResult,
+        *,
+        events: Sequence[EventRecord],
+        approvals: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Store how the run ended (and its approvals, when given)."""
         now = self.now()
         values = rows.finished(result, now=now)
+        if approvals is not None:
+            values["approvals"] = encode_json(dict(approvals), what="the run's approvals")
         with self.write() as conn:
             conn.execute(
                 update(schema.runs).where(schema.runs.c.id == rows.key(run_id)).values(**values)

@@ -14,55 +14,37 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from taskdecomp import durable, stops
-from taskdecomp.budget import MIN_PLAN_STEPS, Budget, Meter, Usage
-from taskdecomp.durable import Journal
-from taskdecomp.events import EventBus, PlanCreated, RunStarted, RunStopped, Subscriber
-from taskdecomp.gateway import ToolGateway
+from taskdecomp import durable
+from taskdecomp.budget import MIN_PLAN_STEPS, Budget
+from taskdecomp.errors import ConfigError
+from taskdecomp.events import PlanCreated, RunStarted, Subscriber
 from taskdecomp.models import Model, ModelRequest, resolve_model
 from taskdecomp.models.schemas import plan_schema
-from taskdecomp.plan import Plan, TaskId
+from taskdecomp.plan import Plan
 from taskdecomp.policy import parse_model_json, validate_plan_action
 from taskdecomp.prompts import render
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext
 from taskdecomp.scheduler import execute_plan
-from taskdecomp.stops import LlmPhase, StopReason, StopRun
 from taskdecomp.store.base import Store, StoredRun
-from taskdecomp.tools import Toolset, ToolSpec, load_toolset
+from taskdecomp.strategies.base import (
+    Outcome,
+    Phases,
+    ToolsArg,
+    as_toolset,
+    attach_journal,
+    build_context,
+    execute,
+    finish,
+    restore,
+)
+from taskdecomp.strategies.replan import ReplanOptions, replan_phases
 
-ToolsArg = Toolset | str | Path | Iterable[Callable[..., Any] | ToolSpec]
-"""A toolset, a path or module name to load one from, or a list of functions."""
-
-
-def as_toolset(tools: ToolsArg) -> Toolset:
-    """Accept any :data:`ToolsArg` and return a :class:`~taskdecomp.tools.Toolset`."""
-    if isinstance(tools, Toolset):
-        return tools
-    if isinstance(tools, str | Path):
-        return load_toolset(tools)
-    return Toolset.from_functions(tools)
-
-
-@dataclass(kw_only=True)
-class _Outcome:
-    """How far a run got; turned into the result at the end."""
-
-    reason: StopReason = stops.SUCCESS
-    plan: Plan | None = None
-    raw_plan: Any = None
-    answer: str | None = None
-    llm_phase: LlmPhase | None = None
-    message: str | None = None
-
-    def stop(self, signal: StopRun) -> None:
-        self.reason = signal.reason
-        self.llm_phase = signal.llm_phase
-        self.message = signal.message or None
+Strategy = Literal["plan_execute", "replan"]
+"""The strategies a run can use."""
+STRATEGIES: tuple[Strategy, ...] = ("plan_execute", "replan")
 
 
 async def run(
@@ -77,8 +59,14 @@ async def run(
     run_id: RunId | None = None,
     clock: Clock | None = None,
     store: Store | None = None,
+    strategy: Strategy = "plan_execute",
+    replan: ReplanOptions | None = None,
 ) -> RunResult:
-    """Plan, execute and combine ``goal``; always returns a result, never raises for a run failure.
+    """Run ``goal`` with ``strategy``; always returns a result, never raises for a run failure.
+
+    ``plan_execute`` (the default) plans once, executes and combines; ``replan`` plans,
+    runs the ready steps, and asks a replanner after each wave until it answers
+    (:mod:`taskdecomp.strategies.replan`).
 
     Args:
         goal: what to achieve, in words.
@@ -92,14 +80,18 @@ async def run(
         clock: monotonic clock, for tests.
         store: keep the run there, checkpointed after every step, so :func:`resume` can
             continue it; default: nothing is stored.
+        strategy: ``plan_execute`` or ``replan``.
+        replan: the ``replan`` strategy's options (iterations, approvals, prompts).
 
     Raises:
-        ConfigError: the toolset or a model string cannot be loaded (before the run starts).
+        ConfigError: the toolset or a model string cannot be loaded, or the strategy is
+            unknown (before the run starts).
         StoreError: the store cannot be written; the run is then left to :func:`resume`.
     """
+    options = _options(strategy, replan)
     toolset = as_toolset(tools)
     budget = budget or Budget()
-    ctx = _context(
+    ctx = build_context(
         goal, toolset, resolve_model(model), allow, budget, on_event, run_id or new_run_id()
     )
     if clock is not None:
@@ -115,10 +107,48 @@ async def run(
             combiner_model=combiner,
             allow=ctx.gateway.allow,
             budget=budget,
+            strategy=strategy,
+            replan=options.to_dict() if options is not None else None,
         )
-        ctx.journal = _journal(ctx, store, segment=1, started=started)
+        attach_journal(ctx, store, segment=1, started=started)
         store.create_run(new)
-    return await _execute(ctx, _Outcome(), budget, combiner, started=started)
+    outcome = Outcome()
+    phases = _phases(budget, combiner, options, None)
+    return await execute(ctx, outcome, budget, phases, started=started)
+
+
+def _options(strategy: str, replan: ReplanOptions | None) -> ReplanOptions | None:
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"unknown strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
+    if strategy == "replan":
+        return replan or ReplanOptions()
+    if replan is not None:
+        raise ConfigError("replan options apply to strategy='replan' only")
+    return None
+
+
+def _phases(
+    budget: Budget,
+    combiner: Model | None,
+    options: ReplanOptions | None,
+    stored: StoredRun | None,
+) -> Phases:
+    if options is not None:
+        return replan_phases(budget, options, stored)
+
+    async def plan_execute(ctx: RunContext, outcome: Outcome) -> None:
+        done = stored.finished_steps() if stored is not None else frozenset()
+        if stored is not None:
+            outcome.plan = stored.plan
+        if outcome.plan is None:
+            outcome.plan = await _plan(ctx, outcome, budget)
+            ctx.events.emit(PlanCreated(run_id=ctx.run_id, plan=outcome.plan))
+            if ctx.journal is not None:
+                ctx.journal.plan_created(outcome.plan)
+        await execute_plan(outcome.plan, ctx, max_parallel=budget.max_parallel, done=done)
+        outcome.answer = await _combine(ctx, combiner)
+
+    return plan_execute
 
 
 async def resume(
@@ -140,14 +170,15 @@ async def resume(
     ``idempotent`` (with the same idempotency key). An ``unsafe`` step that started and
     left no result is never called again: the run stops with
     ``interrupted_unknown_outcome:<step>`` for a human to decide. The deadline
-    (``max_seconds``) starts afresh.
+    (``max_seconds``) starts afresh. A ``replan`` run continues in the middle of its
+    loop, with its iteration count and approvals.
 
     Budgets cover the whole run: model calls, tokens and cost spent before the resume
-    count; each finished step counts as one tool call and loop detection knows its call,
+    count; each finished tool call counts as one tool call and loop detection knows it,
     while an attempt that left no result is not counted (it is retried, not repeated).
 
     A run that has already ended (any other stop reason) is returned as stored and
-    nothing is written.
+    nothing is written. A run that waits for approval is continued by :func:`approve`.
 
     Args:
         run_id: the stored run.
@@ -163,12 +194,49 @@ async def resume(
     Raises:
         RunNotFoundError: no run has this id.
         CorruptRecordError: the stored run does not decode.
-        ConfigError: no toolset or model was stored and none is given, or one cannot load.
+        ConfigError: no toolset or model was stored and none is given, or one cannot load;
+            the run waits for approval.
         StoreError: the store cannot be read or written.
     """
     stored = store.load_run(RunId(run_id))
+    if stored.summary.status == "paused":
+        raise ConfigError(
+            f"run {run_id!r} waits for approval; continue it with `taskdecomp approve "
+            f"{run_id}` or end it with `taskdecomp reject {run_id} --reason TEXT`"
+        )
     if not stored.resumable:
         return stored.result()
+    return await continue_run(
+        stored,
+        store=store,
+        tools=tools,
+        model=model,
+        allow=allow,
+        budget=budget,
+        combiner_model=combiner_model,
+        on_event=on_event,
+        clock=clock,
+    )
+
+
+async def continue_run(
+    stored: StoredRun,
+    *,
+    store: Store,
+    tools: ToolsArg | None = None,
+    model: Model | str | None = None,
+    allow: Iterable[str] | None = None,
+    budget: Budget | None = None,
+    combiner_model: Model | str | None = None,
+    on_event: Subscriber | None = None,
+    clock: Clock | None = None,
+    before: Callable[[RunContext], None] | None = None,
+) -> RunResult:
+    """Continue ``stored`` in a new segment (for :func:`resume` and :func:`approve`).
+
+    ``before`` runs once the context is restored, before the run goes on (an approval
+    records itself there).
+    """
     config = durable.stored_config(stored)
     budget = budget or config.budget
     toolset = as_toolset(
@@ -179,117 +247,27 @@ async def resume(
     combiner = resolve_model(combiner_spec) if combiner_spec is not None else None
     allowed = config.allow if allow is None else allow
     goal = stored.summary.goal
-    ctx = _context(goal, toolset, planner, allowed, budget, on_event, stored.run_id)
+    ctx = build_context(goal, toolset, planner, allowed, budget, on_event, stored.run_id)
     if clock is not None:
         ctx.clock = clock
-    _restore(ctx, stored)
+    restore(ctx, stored)
     started = ctx.clock() - stored.usage.seconds
-    ctx.journal = _journal(ctx, store, segment=stored.segments + 1, started=started)
-    ctx.journal.reopened()
-    outcome = _Outcome(plan=stored.plan)
+    journal = attach_journal(ctx, store, segment=stored.segments + 1, started=started)
+    journal.reopened()
+    if before is not None:
+        before(ctx)
+    outcome = Outcome(plan=stored.plan)
     step_id = stored.in_doubt()
-    if step_id is None:
-        done = stored.finished_steps()
-        return await _execute(ctx, outcome, budget, combiner, started=started, done=done)
-    ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=goal))
-    outcome.stop(durable.interrupted(stored, step_id))
-    return _finish(ctx, outcome, started)
+    if step_id is not None:
+        ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=goal))
+        outcome.stop(durable.interrupted(stored, step_id))
+        return finish(ctx, outcome, started)
+    options = ReplanOptions.from_dict(config.replan or {}) if config.strategy == "replan" else None
+    phases = _phases(budget, combiner, options, stored)
+    return await execute(ctx, outcome, budget, phases, started=started)
 
 
-def _restore(ctx: RunContext, stored: StoredRun) -> None:
-    """Put a stored run's trace, history and spending back into ``ctx``."""
-    ctx.trace.extend(stored.trace)
-    ctx.history.extend(stored.history)
-    meter, usage = ctx.meter, stored.usage
-    meter.llm_calls, meter.cost_usd = usage.llm_calls, usage.cost_usd
-    meter.tokens_in, meter.tokens_out = usage.tokens_in, usage.tokens_out
-    meter.tool_calls = len(stored.history)
-    for entry in stored.history:
-        ctx.gateway.remember(entry.plan_step.tool, entry.plan_step.args)
-
-
-def _context(
-    goal: str,
-    toolset: Toolset,
-    model: Model,
-    allow: Iterable[str] | None,
-    budget: Budget,
-    on_event: Subscriber | None,
-    run_id: RunId,
-) -> RunContext:
-    meter = Meter(budget=budget)
-    return RunContext(
-        run_id=run_id,
-        goal=goal,
-        model=model,
-        gateway=ToolGateway(
-            allow=toolset.keys() if allow is None else allow,
-            toolset=toolset,
-            meter=meter,
-            max_workers=budget.max_parallel,
-        ),
-        meter=meter,
-        events=EventBus([on_event] if on_event else []),
-    )
-
-
-def _journal(ctx: RunContext, store: Store, *, segment: int, started: float) -> Journal:
-    def usage() -> Usage:
-        return ctx.meter.snapshot(seconds=ctx.clock() - started)
-
-    journal = Journal(store, ctx.run_id, segment=segment, usage=usage)
-    ctx.events.subscribe(journal)
-    return journal
-
-
-async def _execute(
-    ctx: RunContext,
-    outcome: _Outcome,
-    budget: Budget,
-    combiner: Model | None,
-    *,
-    started: float,
-    done: frozenset[TaskId] = frozenset(),
-) -> RunResult:
-    ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=ctx.goal))
-    try:
-        await _run_phases(ctx, outcome, budget, combiner, done)
-    except asyncio.CancelledError:
-        outcome.reason = stops.CANCELLED
-        _finish(ctx, outcome, started)
-        raise
-    finally:
-        ctx.gateway.close()
-    return _finish(ctx, outcome, started)
-
-
-async def _run_phases(
-    ctx: RunContext,
-    outcome: _Outcome,
-    budget: Budget,
-    combiner: Model | None,
-    done: frozenset[TaskId],
-) -> None:
-    deadline = asyncio.timeout(budget.max_seconds)
-    try:
-        async with deadline:
-            if outcome.plan is None:
-                outcome.plan = await _plan(ctx, outcome, budget)
-                ctx.events.emit(PlanCreated(run_id=ctx.run_id, plan=outcome.plan))
-                if ctx.journal is not None:
-                    ctx.journal.plan_created(outcome.plan)
-            await execute_plan(outcome.plan, ctx, max_parallel=budget.max_parallel, done=done)
-            outcome.answer = await _combine(ctx, combiner)
-    except StopRun as signal:
-        outcome.stop(signal)
-    except TimeoutError:
-        if not deadline.expired():
-            raise
-        outcome.reason = stops.MAX_SECONDS
-        outcome.message = f"the run passed its {budget.max_seconds}s deadline"
-
-
-async def _plan(ctx: RunContext, outcome: _Outcome, budget: Budget) -> Plan:
+async def _plan(ctx: RunContext, outcome: Outcome, budget: Budget) -> Plan:
     allowed = ctx.gateway.allow
     catalog = ctx.gateway.toolset.catalog(allowed)
     payload = {
@@ -328,26 +306,6 @@ async def _combine(ctx: RunContext, combiner: Model | None) -> str:
     )
     response = await ctx.ask(request, model=combiner)
     return response.text.strip()
-
-
-def _finish(ctx: RunContext, outcome: _Outcome, started: float) -> RunResult:
-    result = RunResult(
-        run_id=ctx.run_id,
-        status="ok" if outcome.reason == stops.SUCCESS else "stopped",
-        stop_reason=outcome.reason,
-        answer=outcome.answer if outcome.reason == stops.SUCCESS else None,
-        plan=outcome.plan,
-        raw_plan=outcome.raw_plan,
-        llm_phase=outcome.llm_phase,
-        message=outcome.message,
-        trace=tuple(ctx.trace),
-        history=tuple(sorted(ctx.history, key=lambda entry: entry.step_no)),
-        usage=ctx.meter.snapshot(seconds=ctx.clock() - started),
-    )
-    ctx.events.emit(RunStopped(run_id=ctx.run_id, result=result))
-    if ctx.journal is not None:
-        ctx.journal.finished(result)
-    return result
 
 
 def run_sync(goal: str, **kwargs: Any) -> RunResult:

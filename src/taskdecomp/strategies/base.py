@@ -1,0 +1,175 @@
+"""What every run-based strategy shares: building a run, its deadline, and how it ends.
+
+A strategy supplies its *phases* (an async function that plans and executes, filling an
+:class:`Outcome`); :func:`execute` runs them under the run's deadline, turns every stop into
+an outcome (cancellation included) and :func:`finish` makes the one
+:class:`~taskdecomp.run.RunResult`, emits ``RunStopped`` and stores it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from taskdecomp import stops
+from taskdecomp.budget import Budget, Meter, Usage
+from taskdecomp.durable import Journal
+from taskdecomp.events import EventBus, RunStarted, RunStopped, Subscriber
+from taskdecomp.gateway import ToolGateway
+from taskdecomp.models import Model
+from taskdecomp.plan import Plan
+from taskdecomp.run import RunId, RunResult, RunStatus
+from taskdecomp.runtime import RunContext
+from taskdecomp.stops import LlmPhase, StopReason, StopRun
+from taskdecomp.store.base import Store, StoredRun
+from taskdecomp.tools import Toolset, ToolSpec, load_toolset
+
+ToolsArg = Toolset | str | Path | Iterable[Callable[..., Any] | ToolSpec]
+"""A toolset, a path or module name to load one from, or a list of functions."""
+
+Phases = Callable[[RunContext, "Outcome"], Awaitable[None]]
+"""A strategy's work: plan, execute, combine; it records how far it got in the outcome."""
+
+
+def as_toolset(tools: ToolsArg) -> Toolset:
+    """Accept any :data:`ToolsArg` and return a :class:`~taskdecomp.tools.Toolset`."""
+    if isinstance(tools, Toolset):
+        return tools
+    if isinstance(tools, str | Path):
+        return load_toolset(tools)
+    return Toolset.from_functions(tools)
+
+
+@dataclass(kw_only=True)
+class Outcome:
+    """How far a run got; turned into the result at the end."""
+
+    reason: StopReason = stops.SUCCESS
+    plan: Plan | None = None
+    raw_plan: Any = None
+    answer: str | None = None
+    llm_phase: LlmPhase | None = None
+    message: str | None = None
+
+    def stop(self, signal: StopRun) -> None:
+        """Record the stop ``signal`` carries."""
+        self.reason = signal.reason
+        self.llm_phase = signal.llm_phase
+        self.message = signal.message or None
+
+
+def status_of(reason: StopReason) -> RunStatus:
+    """``ok`` for success, ``paused`` while waiting for a human, else ``stopped``."""
+    if reason == stops.SUCCESS:
+        return "ok"
+    return "paused" if reason == stops.AWAITING_APPROVAL else "stopped"
+
+
+def build_context(
+    goal: str,
+    toolset: Toolset,
+    model: Model,
+    allow: Iterable[str] | None,
+    budget: Budget,
+    on_event: Subscriber | None,
+    run_id: RunId,
+) -> RunContext:
+    """A fresh :class:`~taskdecomp.runtime.RunContext` for one run (or one resume)."""
+    meter = Meter(budget=budget)
+    return RunContext(
+        run_id=run_id,
+        goal=goal,
+        model=model,
+        gateway=ToolGateway(
+            allow=toolset.keys() if allow is None else allow,
+            toolset=toolset,
+            meter=meter,
+            max_workers=budget.max_parallel,
+        ),
+        meter=meter,
+        events=EventBus([on_event] if on_event else []),
+    )
+
+
+def attach_journal(ctx: RunContext, store: Store, *, segment: int, started: float) -> Journal:
+    """Checkpoint ``ctx``'s run to ``store`` from now on."""
+
+    def usage() -> Usage:
+        return ctx.meter.snapshot(seconds=ctx.clock() - started)
+
+    journal = Journal(store, ctx.run_id, segment=segment, usage=usage)
+    ctx.events.subscribe(journal)
+    ctx.journal = journal
+    return journal
+
+
+def restore(ctx: RunContext, stored: StoredRun) -> None:
+    """Put a stored run's trace, history, spending and approvals back into ``ctx``."""
+    ctx.trace.extend(stored.trace)
+    ctx.history.extend(stored.history)
+    meter, usage = ctx.meter, stored.usage
+    meter.llm_calls, meter.cost_usd = usage.llm_calls, usage.cost_usd
+    meter.tokens_in, meter.tokens_out = usage.tokens_in, usage.tokens_out
+    calls = [entry for entry in stored.trace if entry.ok and entry.args_hash]
+    meter.tool_calls = len(calls)
+    for entry in calls:
+        ctx.gateway.remember_call(entry.tool, entry.args_hash)
+    ctx.approvals.approved.update(stored.approvals.get("approved", ()))
+
+
+async def execute(
+    ctx: RunContext, outcome: Outcome, budget: Budget, phases: Phases, *, started: float
+) -> RunResult:
+    """Run ``phases`` under the deadline and end the run with exactly one result."""
+    ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=ctx.goal))
+    try:
+        await _under_deadline(ctx, outcome, budget, phases)
+    except asyncio.CancelledError:
+        outcome.reason = stops.CANCELLED
+        finish(ctx, outcome, started)
+        raise
+    finally:
+        ctx.gateway.close()
+    return finish(ctx, outcome, started)
+
+
+async def _under_deadline(
+    ctx: RunContext, outcome: Outcome, budget: Budget, phases: Phases
+) -> None:
+    deadline = asyncio.timeout(budget.max_seconds)
+    try:
+        async with deadline:
+            await phases(ctx, outcome)
+    except StopRun as signal:
+        outcome.stop(signal)
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        outcome.reason = stops.MAX_SECONDS
+        outcome.message = f"the run passed its {budget.max_seconds}s deadline"
+
+
+def finish(ctx: RunContext, outcome: Outcome, started: float) -> RunResult:
+    """The run's result: emitted as ``RunStopped`` and stored when the run has a journal."""
+    pending = ctx.approvals.pending if outcome.reason == stops.AWAITING_APPROVAL else None
+    result = RunResult(
+        run_id=ctx.run_id,
+        status=status_of(outcome.reason),
+        stop_reason=outcome.reason,
+        answer=outcome.answer if outcome.reason == stops.SUCCESS else None,
+        plan=outcome.plan,
+        raw_plan=outcome.raw_plan,
+        llm_phase=outcome.llm_phase,
+        message=outcome.message,
+        trace=tuple(ctx.trace),
+        history=tuple(sorted(ctx.history, key=lambda entry: entry.step_no)),
+        usage=ctx.meter.snapshot(seconds=ctx.clock() - started),
+        approval=pending.to_dict() if pending is not None else None,
+    )
+    ctx.events.emit(RunStopped(run_id=ctx.run_id, result=result))
+    if ctx.journal is not None:
+        ctx.journal.finished(result, approvals=ctx.approvals.to_dict())
+    return result

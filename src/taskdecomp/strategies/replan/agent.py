@@ -1,0 +1,112 @@
+"""The executor agent: carries out one instruction step with the tools, one action a turn.
+
+Each turn the model sees the objective, the plan, the executed steps with their results,
+the current step and its own earlier actions in this step with what they returned (Eino's
+``ExecutorPrompt`` variables), and answers with one action that the policy boundary checks:
+call an allowed tool, or finish with the step's result. Every call goes through the
+gateway (allowlist, budgets, loop detection, argument schema, timeout, approvals) and is
+traced and journaled like any tool step; an ``unsafe`` call commits its intent first. At
+most ``max_turns`` turns per step (Eino's default: 20), then ``max_agent_turns:<step>``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from taskdecomp.events import AgentTurn
+from taskdecomp.models import ModelRequest
+from taskdecomp.plan import Step
+from taskdecomp.prompts import render
+from taskdecomp.runtime import RunContext
+from taskdecomp.scheduler import call_tool
+from taskdecomp.stops import StopRun, with_detail
+from taskdecomp.strategies.replan.boundary import Finish, validate_action
+from taskdecomp.strategies.replan.schemas import action_schema
+
+Progress = Callable[[], Mapping[str, Any]]
+"""The run's progress as the agent sees it: ``objective``, ``plan``, ``executed_steps``."""
+
+
+class ExecutorAgent:
+    """Carries out instruction steps for one run.
+
+    Args:
+        ctx: the run.
+        progress: the run's progress, read at every turn.
+        max_turns: most model turns per step.
+        prompts: a directory whose ``executor.md`` replaces the packaged prompt.
+    """
+
+    def __init__(
+        self, ctx: RunContext, *, progress: Progress, max_turns: int, prompts: Path | None
+    ) -> None:
+        self._ctx = ctx
+        self._progress = progress
+        self._max_turns = max_turns
+        self._prompts = prompts
+        self._catalog = ctx.gateway.toolset.catalog(ctx.gateway.allow)
+        self._schema = action_schema(self._catalog)
+
+    async def __call__(self, step_no: int, step: Step) -> Any:
+        """Carry out ``step``; return its result.
+
+        Raises:
+            StopRun: ``invalid_action:<rule>``, ``max_agent_turns:<step>``, a model stop or
+                a tool stop.
+        """
+        ctx = self._ctx
+        turns: list[dict[str, Any]] = []
+        for turn in range(1, self._max_turns + 1):
+            response = await ctx.ask(self._request(step, turns, turn))
+            action = validate_action(response.text, allowed_tools=ctx.gateway.allow)
+            if isinstance(action, Finish):
+                ctx.events.emit(_turn(ctx, step_no, step, turn, "finish", None))
+                return action.result
+            ctx.events.emit(_turn(ctx, step_no, step, turn, "call", action.tool))
+            result = await call_tool(
+                step_no,
+                step,
+                ctx,
+                tool=action.tool,
+                args=action.args,
+                call_id=f"{step.id}#{turn}",
+                finishes=False,
+            )
+            turns.append(
+                {"call": {"tool": action.tool, "args": dict(action.args)}, "result": result}
+            )
+        raise StopRun(
+            with_detail("max_agent_turns", step.id),
+            message=f"the executor agent did not finish step {step.id!r} in "
+            f"{self._max_turns} turns",
+        )
+
+    def _request(self, step: Step, turns: list[dict[str, Any]], turn: int) -> ModelRequest:
+        payload = {
+            **self._progress(),
+            "step": {"id": step.id, "title": step.title, "instruction": step.instruction},
+            "available_tools": self._catalog,
+            "turns": turns,
+            "turns_left": self._max_turns - turn + 1,
+        }
+        system = render("replan/executor", directory=self._prompts)
+        return ModelRequest(
+            phase="execute",
+            messages=(
+                {"role": "system", "content": system},
+                {"role": "user", "content": json.dumps(payload, ensure_ascii=True)},
+            ),
+            json_schema=self._schema,
+            schema_name="action",
+        )
+
+
+def _turn(
+    ctx: RunContext, step_no: int, step: Step, turn: int, action: str, tool: str | None
+) -> AgentTurn:
+    return AgentTurn(
+        run_id=ctx.run_id, step_no=step_no, step_id=step.id, turn=turn, action=action, tool=tool
+    )
