@@ -1,0 +1,167 @@
+"""Deciding a paused run: :func:`approve` continues it, :func:`reject` ends it.
+
+A run pauses with ``awaiting_approval`` (status ``paused``) when a plan under
+``approve_plan`` or a ``needs_approval`` tool call waits for a human. The decision may come
+much later, from another process: everything needed is in the store. An edited plan passes
+the policy boundary before it replaces the pending one; when it does not, nothing changes
+and the run stays paused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from taskdecomp import durable, stops
+from taskdecomp.approvals import ApprovalRequest
+from taskdecomp.errors import ConfigError
+from taskdecomp.events import ApprovalDecided, RunStopped, Subscriber
+from taskdecomp.models import Model
+from taskdecomp.plan import Plan
+from taskdecomp.policy import validate_plan_action
+from taskdecomp.run import RunId, RunResult
+from taskdecomp.runtime import Clock, RunContext
+from taskdecomp.stops import StopRun
+from taskdecomp.store.base import Store, StoredRun
+from taskdecomp.strategies.base import ToolsArg
+from taskdecomp.strategies.plan_execute import continue_run
+from taskdecomp.strategies.replan import ReplanState
+
+
+async def approve(
+    run_id: str,
+    *,
+    store: Store,
+    plan: Any = None,
+    tools: ToolsArg | None = None,
+    model: Model | str | None = None,
+    combiner_model: Model | str | None = None,
+    on_event: Subscriber | None = None,
+    clock: Clock | None = None,
+) -> RunResult:
+    """Approve what run ``run_id`` waits for, and continue the run.
+
+    Args:
+        run_id: a paused run.
+        store: where it is stored.
+        plan: an edited plan to run instead of the pending one (``{"kind": "plan",
+            "steps": [...]}`` or the list of steps); it must pass the policy boundary.
+        tools: the toolset; default: the one stored with the run.
+        model: the planner model; default: the one stored with the run.
+        combiner_model: the combine call's model; default: the stored one.
+        on_event: receives every event of the continued run.
+        clock: monotonic clock, for tests.
+
+    Raises:
+        RunNotFoundError: no run has this id.
+        ConfigError: the run is not waiting for approval, or the edited plan is refused
+            (the message says which rule it breaks); nothing was written.
+    """
+    stored = _paused(store, run_id)
+    pending = _pending(stored)
+    edited: Plan | None = None
+    if plan is not None:
+        edited = _edited_plan(stored, pending, plan)
+        stored = _with_plan(stored, edited)
+
+    def record(ctx: RunContext) -> None:
+        ctx.approvals.grant(pending.digest)
+        if edited is not None:
+            ctx.approvals.grant(ApprovalRequest.for_plan(edited).digest)
+        ctx.events.emit(
+            ApprovalDecided(
+                run_id=ctx.run_id, digest=pending.digest, approved=True, edited=edited is not None
+            )
+        )
+
+    return await continue_run(
+        stored,
+        store=store,
+        tools=tools,
+        model=model,
+        combiner_model=combiner_model,
+        on_event=on_event,
+        clock=clock,
+        before=record,
+    )
+
+
+def reject(run_id: str, *, store: Store, reason: str) -> RunResult:
+    """End paused run ``run_id`` with ``approval_rejected``; ``reason`` becomes its message.
+
+    Raises:
+        RunNotFoundError: no run has this id.
+        ConfigError: the run is not waiting for approval, or ``reason`` is empty.
+    """
+    if not reason.strip():
+        raise ConfigError("a rejection needs a reason: --reason TEXT")
+    stored = _paused(store, run_id)
+    pending = _pending(stored)
+    result = stored.ended(stops.APPROVAL_REJECTED, f"rejected: {reason.strip()}")
+    journal = durable.Journal(
+        store, stored.run_id, segment=stored.segments, usage=lambda: result.usage
+    )
+    journal(
+        ApprovalDecided(run_id=stored.run_id, digest=pending.digest, approved=False, reason=reason)
+    )
+    journal(RunStopped(run_id=stored.run_id, result=result))
+    approvals = {"approved": list(stored.approvals.get("approved", [])), "pending": None}
+    journal.finished(result, approvals=approvals)
+    return result
+
+
+def _paused(store: Store, run_id: str) -> StoredRun:
+    stored = store.load_run(RunId(run_id))
+    if stored.summary.status != "paused":
+        summary = stored.summary
+        raise ConfigError(
+            f"run {run_id!r} is not waiting for approval (status {summary.status}, stop reason "
+            f"{summary.stop_reason or '-'}); nothing to approve or reject"
+        )
+    return stored
+
+
+def _pending(stored: StoredRun) -> ApprovalRequest:
+    raw = stored.approvals.get("pending")
+    if not isinstance(raw, dict) or raw.get("kind") not in ("plan", "tool"):
+        raise ConfigError(
+            f"run {stored.run_id!r} is paused but its pending approval is not stored; "
+            "reject it, or resume it from a copy of the store"
+        )
+    return ApprovalRequest(kind=raw["kind"], digest=str(raw["digest"]), subject=raw["subject"])
+
+
+def _edited_plan(stored: StoredRun, pending: ApprovalRequest, plan: Any) -> Plan:
+    config = durable.stored_config(stored)
+    if pending.kind != "plan" or config.strategy != "replan":
+        raise ConfigError(
+            f"run {stored.run_id!r} waits for a {pending.kind} approval; an edited plan "
+            "replaces a pending plan of the replan strategy only"
+        )
+    action = {"kind": "plan", "steps": plan} if isinstance(plan, list) else plan
+    try:
+        return validate_plan_action(
+            action,
+            max_plan_steps=config.budget.max_plan_steps,
+            allowed_tools=config.allow,
+            min_plan_steps=1,
+            allow_instructions=True,
+            finished=stored.finished_steps(),
+        )
+    except StopRun as stop:
+        detail = f": {stop.message}" if stop.message else ""
+        raise ConfigError(
+            f"the edited plan is refused ({stop.reason}{detail}); the run still waits for approval"
+        ) from None
+
+
+def _with_plan(stored: StoredRun, plan: Plan) -> StoredRun:
+    """``stored`` with ``plan`` as its current plan, approved."""
+    state = ReplanState.from_stored(stored)
+    state.accept(plan)
+    state.gate = False
+    return dataclasses.replace(
+        stored,
+        state={**stored.state, "replan": state.to_dict()},
+        plan=state.effective(set(stored.finished_steps())),
+    )
