@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from taskdecomp import Budget, StopRun, ToolGateway, Toolset, args_hash, tool
 from taskdecomp.budget import Meter
@@ -140,3 +142,46 @@ def test_non_json_observation_is_a_tool_error() -> None:
         return object()
 
     assert reason(make(weird), "weird", {}) == "tool_error:weird"
+
+
+class Reading(BaseModel):
+    value: float
+    extra: list[Any] = []
+
+
+@dataclasses.dataclass
+class Series:
+    readings: list[Reading]
+
+
+@pytest.mark.parametrize(
+    ("result", "where"),
+    [
+        (float("nan"), "value is nan"),
+        (float("inf"), "value is inf"),
+        ({"rows": [1, {"total": float("-inf")}]}, "value at '/rows/1/total' is -inf"),
+        (Reading(value=float("inf")), "value at '/value' is inf"),
+        (Reading(value=1, extra=[float("nan")]), "value at '/extra/0' is nan"),  # json: null
+        (Series(readings=[Reading(value=float("-inf"))]), "value at '/readings/0/value'"),
+    ],
+)
+def test_a_non_finite_number_in_a_result_is_a_tool_error(result: Any, where: str) -> None:
+    def measure() -> Any:
+        return result
+
+    with pytest.raises(StopRun) as caught:
+        asyncio.run(make(measure).call("measure", {}))
+    assert caught.value.reason == "tool_error:measure"
+    assert f"not strict JSON: {where}" in caught.value.message
+    assert "JSON has no NaN or infinity" in caught.value.message
+
+
+def test_only_the_non_finite_reading_is_refused() -> None:
+    def read(n: int) -> Any:
+        values = [1.5, 10**40, float("nan")][: n + 1]
+        return {"r": Series(readings=[Reading(value=1.5, extra=values)])}
+
+    gateway = make(read)
+    observation = asyncio.run(gateway.call("read", {"n": 1}))
+    assert observation == {"r": {"readings": [{"value": 1.5, "extra": [1.5, 10**40]}]}}
+    assert reason(gateway, "read", {"n": 2}) == "tool_error:read"  # pydantic alone gives null

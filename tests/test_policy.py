@@ -87,6 +87,10 @@ def test_a_long_cycle_is_found_and_named() -> None:
     [
         ('{"a": Infinity}', "non-finite"),
         ('{"a": -Infinity}', "non-finite"),
+        ('{"a": 1e400}', "non-finite number 1e400"),
+        ('{"a": [-1e999]}', "non-finite number -1e999"),
+        ('{"a": 1E+400}', "non-finite number 1E+400"),
+        ('{"a": ' + "9" * 400 + ".5}", "beyond a float's range"),
         ('{"a": 1, "a": 2}', "duplicate key"),
         ('{"a": "\x00"}', "NUL"),
         ("[" * 33 + "]" * 33, "nesting deeper than 32"),

@@ -7,6 +7,7 @@ the moment a limit would be crossed; :class:`Usage` is its frozen snapshot for r
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from taskdecomp import stops
@@ -41,12 +42,16 @@ class Budget:
         for name in ("max_plan_steps", "max_execute_steps", "max_tool_calls", "max_parallel"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
-        if self.max_seconds <= 0:
-            raise ValueError(f"max_seconds must be positive, got {self.max_seconds!r}")
+        if not 0 < self.max_seconds < math.inf:
+            raise ValueError(
+                f"max_seconds must be a positive, finite number, got {self.max_seconds!r}"
+            )
         for name in ("max_llm_calls", "max_tokens", "max_cost_usd"):
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"{name} must be >= 0 or None, got {value!r}")
+            if value is not None and not 0 <= value < math.inf:
+                raise ValueError(
+                    f"{name} must be a finite number >= 0, or None for no limit, got {value!r}"
+                )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

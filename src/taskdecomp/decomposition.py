@@ -5,7 +5,8 @@ The request carries the ``target_task`` (with its path and existing children), a
 (:func:`~taskdecomp.policy.parse_model_json`), shaped by :class:`DecompositionPayload` and
 checked by :func:`validate_payload` against the tree as it stood when the question was
 asked. Anything wrong raises :class:`~taskdecomp.stops.StopRun` with an
-``invalid_children:<rule>`` reason; the node fails, the decomposition goes on.
+``invalid_children:<rule>`` reason (a non-finite number such as ``NaN`` or ``1e400`` is
+``invalid_children:non_json``); the node fails, the decomposition goes on.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from taskdecomp import jsonsafe
 from taskdecomp.policy import parse_model_json
 from taskdecomp.stops import StopRun, with_detail
 from taskdecomp.tree import NewNode, NodeContext, NodeId, PlanNode, PlanTree, PlanTreeId
@@ -279,7 +281,11 @@ class DecompositionResult:
     ``nodes_created``, ``levels``, and ``failures`` (node id -> ``reason`` and ``message``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
+        """JSON form (strict: a copy of ``stats`` made through :func:`jsonsafe.dumps`).
+
+        Raises:
+            StrictJSONError: ``stats`` holds a NaN or an infinity.
+        """
         return {
             "plan_id": self.plan_id,
             "mode": self.mode,
@@ -288,7 +294,7 @@ class DecompositionResult:
             "created_tasks": [node.to_dict() for node in self.created_tasks],
             "failed_nodes": list(self.failed_nodes),
             "stopped_reason": self.stopped_reason,
-            "stats": json.loads(json.dumps(self.stats)),
+            "stats": json.loads(jsonsafe.dumps(self.stats)),
         }
 
     def summary(self) -> str:

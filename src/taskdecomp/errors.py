@@ -11,8 +11,9 @@
     │       ├── StoreValueError     a value cannot be stored (too long for the store)
     │       ├── CorruptRecordError  a stored row does not decode; it is never guessed at
     │       └── TreeNotFoundError   no stored plan tree or node has that id
-    └── ModelError                  a model call failed (adapters convert SDK errors here)
-        └── ModelTimeoutError       the model did not answer in time
+    ├── ModelError                  a model call failed (adapters convert SDK errors here)
+    │   └── ModelTimeoutError       the model did not answer in time
+    └── StrictJSONError             a value has no strict JSON form (NaN, infinity, not JSON)
 
 Run failures that belong in a result (a denied tool, a bad plan, a spent budget) are not
 exceptions: they end the run with a stop reason (:mod:`taskdecomp.stops`). A
@@ -76,3 +77,11 @@ class ModelTimeoutError(ModelError):
 
     def __init__(self, message: str = "the model did not answer in time") -> None:
         super().__init__("timeout", message)
+
+
+class StrictJSONError(TaskdecompError, ValueError):
+    """A value has no strict JSON form: a NaN or an infinity inside it, or not JSON at all.
+
+    Raised by :mod:`taskdecomp.jsonsafe`; the message says where the value is. It is a
+    :class:`ValueError` too, like the errors of :mod:`json`.
+    """

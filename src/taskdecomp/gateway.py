@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
-from taskdecomp import stops
+from taskdecomp import jsonsafe, stops
 from taskdecomp.budget import Meter
 from taskdecomp.stops import StopRun, with_detail
 from taskdecomp.tools import IDEMPOTENCY_PARAM, Toolset, ToolSpec
@@ -95,12 +95,15 @@ class ToolGateway:
             kwargs[IDEMPOTENCY_PARAM] = idempotency_key
         result = await self._invoke(spec, kwargs)
         try:
-            return to_jsonable_python(result)
+            jsonsafe.check_finite(result)  # first: pydantic writes some NaNs as null
+            observation = to_jsonable_python(result)
+            jsonsafe.check_strict(observation)
         except Exception as exc:
             raise StopRun(
                 with_detail("tool_error", name),
-                message=f"returned a value that is not JSON-serializable: {exc}",
+                message=f"returned a value that is not strict JSON: {exc}",
             ) from exc
+        return observation
 
     def _admit(self, name: str, args: Mapping[str, Any], digest: str) -> ToolSpec:
         self.meter.count_tool_call()

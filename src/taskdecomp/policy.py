@@ -1,7 +1,8 @@
 """The policy boundary: model output is untrusted input.
 
 :func:`parse_model_json` turns raw model text into JSON values, refusing anything a strict
-parser should not accept (NaN, duplicate keys, deep nesting, NUL, oversized text).
+parser should not accept (NaN, infinity and numbers beyond a float such as ``1e400``,
+duplicate keys, deep nesting, NUL, oversized text).
 :func:`validate_plan_action` applies the seed's ``validate_plan_action`` rules, in the
 seed's order and with its reason codes, plus ``depends_on`` and ``$ref`` checks, and, for
 the ``replan`` strategy, instruction steps and revised plans (a finished step's id may not
@@ -11,10 +12,10 @@ unchecked plan.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 from typing import Any
 
+from taskdecomp import jsonsafe
 from taskdecomp.budget import MIN_PLAN_STEPS
 from taskdecomp.plan import Plan, Step, TaskId, find_cycle
 from taskdecomp.refs import check_refs
@@ -32,10 +33,6 @@ INSTRUCTION_STEP_KEYS = frozenset({"id", "title", "instruction", "depends_on"})
 
 class _Rejected(ValueError):
     """Internal: the text is not acceptable JSON."""
-
-
-def _no_constants(name: str) -> Any:
-    raise _Rejected(f"non-finite number {name}")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -61,6 +58,9 @@ def _depth(value: Any) -> int:
 def parse_model_json(text: str, *, max_chars: int = MAX_JSON_CHARS) -> Any:
     """Parse model text strictly.
 
+    A number JSON cannot carry (``NaN``, ``Infinity``, ``1e400``, ``-1e999``) is refused
+    like any other non-JSON text, so no non-finite value ever reaches a tool or the store.
+
     Raises:
         StopRun: ``invalid_plan:non_json`` with a message saying what was wrong.
     """
@@ -71,8 +71,8 @@ def parse_model_json(text: str, *, max_chars: int = MAX_JSON_CHARS) -> Any:
         problem = "text contains a NUL character"
     else:
         try:
-            value = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_no_duplicates)
-        except (_Rejected, ValueError, RecursionError) as exc:
+            value = jsonsafe.loads(text, object_pairs_hook=_no_duplicates)
+        except (ValueError, RecursionError) as exc:  # StrictJSONError and _Rejected included
             problem = f"not strict JSON: {exc}"
         else:
             if _depth(value) > MAX_JSON_DEPTH:

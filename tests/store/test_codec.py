@@ -13,8 +13,9 @@ from taskdecomp.store import codec
 
 # every code point, lone surrogates and NUL included
 ANY_TEXT = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF))
+FINITE = st.floats(allow_nan=False, allow_infinity=False)  # the store refuses the others
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | ANY_TEXT,
+    st.none() | st.booleans() | st.integers() | FINITE | ANY_TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(ANY_TEXT, inner, max_size=4),
     max_leaves=20,
 )
@@ -32,6 +33,15 @@ def test_json_round_trips_through_ascii(value: Any) -> None:
     stored = codec.encode_json(value, what="value")
     assert stored.isascii() and "\x00" not in stored
     assert codec.decode_json(stored, where="t") == value
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [(float("nan"), "value is nan"), ({"a": [1, float("-inf")]}, "value at '/a/1' is -inf")],
+)
+def test_non_finite_numbers_are_refused_not_stored_as_nan(value: Any, where: str) -> None:
+    with pytest.raises(StoreValueError, match=f"the observation cannot be stored as JSON: {where}"):
+        codec.encode_json(value, what="the observation")
 
 
 def test_plain_text_is_stored_as_is() -> None:

@@ -262,6 +262,9 @@ def test_a_model_that_never_answers_is_reported_in_plain_words(repo: TreeReposit
         ({"children": [{"name": ""}]}, "schema"),
         ({"kids": []}, "schema"),
         ("[1, 2", "non_json"),
+        ('{"children": [{"name": "a", "context": {"meta": {"weight": 1e400}}}]}', "non_json"),
+        ('{"children": [{"name": "a", "context": {"sections": [-1e999]}}]}', "non_json"),
+        ('{"children": [{"name": "a", "dependencies": [1e400]}]}', "non_json"),
     ],
 )
 def test_invalid_answers_are_rejected_with_a_reason(

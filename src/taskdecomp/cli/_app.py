@@ -7,14 +7,14 @@ or configuration error (one line on stderr, no traceback).
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import click
 
-from taskdecomp.errors import ConfigError
+from taskdecomp import jsonsafe
+from taskdecomp.errors import ConfigError, StrictJSONError
 from taskdecomp.models import Model
 from taskdecomp.models.local import is_available
 from taskdecomp.settings import OpenAISettings, Settings
@@ -83,12 +83,20 @@ def names(allow: str | None) -> list[str] | None:
 
 
 def echo_json(data: Any) -> None:
-    """Print ``data`` as indented JSON; text that UTF-8 cannot carry is escaped."""
-    text = json.dumps(data, indent=2, ensure_ascii=False)
+    """Print ``data`` as indented, strict JSON; text that UTF-8 cannot carry is escaped.
+
+    Raises:
+        click.ClickException: ``data`` has no strict JSON form (a NaN kept by an older
+            version, say); nothing is printed on stdout.
+    """
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: keep it, escaped
-        text = json.dumps(data, indent=2, ensure_ascii=True)
+        text = jsonsafe.dumps(data, indent=2, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: keep it, escaped
+            text = jsonsafe.dumps(data, indent=2, ensure_ascii=True)
+    except StrictJSONError as exc:
+        raise click.ClickException(f"cannot print strict JSON: {exc}") from exc
     click.echo(text)
 
 

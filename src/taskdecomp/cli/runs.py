@@ -179,7 +179,7 @@ def runs_command(limit: int, as_json: bool, db: str | None) -> int:
     with open_run_store(load_settings(), db) as store:
         summaries = store.list_runs(limit=limit or None)
     if as_json:
-        click.echo(json.dumps([_summary_dict(s) for s in summaries], indent=2))
+        echo_json([_summary_dict(s) for s in summaries])
         return 0
     table = Table(title=escape(f"runs in {store.name}"), title_justify="left")
     for column in ("id", "status", "stop reason", "started", "duration"):
@@ -207,7 +207,7 @@ def show_command(run_id: str, as_json: bool, db: str | None) -> int:
     with open_run_store(load_settings(), db) as store:
         stored = store.load_run(RunId(run_id))
     if as_json:
-        click.echo(json.dumps(stored.to_dict(), indent=2))
+        echo_json(stored.to_dict())
     else:
         show_stored(Console(highlight=False), stored)
     return 0

@@ -4,7 +4,9 @@ Every text and JSON column holds ASCII only. Free text (a goal, a step id, a sto
 kept as the body of its JSON string literal with ``ensure_ascii``; JSON values are compact
 JSON with ``ensure_ascii``. So NUL characters (which PostgreSQL refuses in ``text`` and
 ``jsonb``), lone surrogates (which neither backend's UTF-8 accepts) and any other code point
-round-trip exactly, and SQLite and PostgreSQL store the same bytes.
+round-trip exactly, and SQLite and PostgreSQL store the same bytes. JSON values are strict
+(:mod:`taskdecomp.jsonsafe`): a NaN or an infinity is refused, never stored as ``NaN``. Rows
+written before that rule decode as they are.
 
 A value longer than :data:`MAX_STORED_CHARS` once encoded is refused with
 :class:`~taskdecomp.errors.StoreValueError` before anything is written. Stored text that
@@ -19,7 +21,8 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from taskdecomp.errors import CorruptRecordError, StoreValueError
+from taskdecomp import jsonsafe
+from taskdecomp.errors import CorruptRecordError, StoreValueError, StrictJSONError
 
 MAX_STORED_CHARS = 32 * 1024 * 1024
 """Longest encoded value the store keeps (32 Mi characters), whatever the backend."""
@@ -62,14 +65,15 @@ def decode_optional_text(raw: str | None, *, where: str) -> str | None:
 
 
 def encode_json(value: Any, *, what: str) -> str:
-    """A JSON value as compact ASCII JSON.
+    """A JSON value as compact, strict ASCII JSON.
 
     Raises:
-        StoreValueError: the value is not JSON (a set, an object) or is too long.
+        StoreValueError: the value is not strict JSON (a NaN or an infinity inside it, a
+            set, an object) or is too long.
     """
     try:
-        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError) as exc:
+        text = jsonsafe.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    except StrictJSONError as exc:
         raise StoreValueError(f"{what} cannot be stored as JSON: {exc}") from exc
     return _capped(text, what)
 
