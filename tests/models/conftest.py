@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from taskdecomp.models.local import default_gguf, llama_cpp_installed
+from taskdecomp.models.openai import _WORKING_FORMATS
 
 
 def completion(
@@ -57,12 +58,15 @@ def error_body(message: str, code: str | None = None) -> dict[str, Any]:
 
 @dataclass
 class Reply:
-    """One canned reply: a status and JSON body, or a stall that never answers."""
+    """One canned reply: a status and JSON body (or raw bytes), or a stall that never answers."""
 
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     stall: bool = False
+    raw: bytes | None = None
+    """Sent as it is instead of ``body`` as JSON, with ``content_type``."""
+    content_type: str = "application/json"
 
 
 class FakeOpenAI:
@@ -118,9 +122,9 @@ class FakeOpenAI:
                 if reply.stall:
                     fake.released.wait(30)
                     return
-                data = json.dumps(reply.body).encode()
+                data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                 self.send_response(reply.status)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", reply.content_type)
                 self.send_header("content-length", str(len(data)))
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
@@ -137,6 +141,17 @@ class FakeOpenAI:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
+
+
+@pytest.fixture(autouse=True)
+def forget_structured_output_forms() -> Iterator[None]:
+    """Each test starts with no server's structured-output form remembered.
+
+    Ports are reused, so a form remembered for one test's server could leak into another's.
+    """
+    _WORKING_FORMATS.clear()
+    yield
+    _WORKING_FORMATS.clear()
 
 
 @pytest.fixture
@@ -184,7 +199,7 @@ class LlamaServer:
 
 
 def _wait_for_models(url: str, process: subprocess.Popen[bytes], log: Path) -> str:
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 300  # a busy machine, not an idle one
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"llama_cpp.server exited: {log.read_text()[-2000:]}")
@@ -194,7 +209,7 @@ def _wait_for_models(url: str, process: subprocess.Popen[bytes], log: Path) -> s
             return str(models["data"][0]["id"])
         except OSError:
             time.sleep(0.5)
-    raise RuntimeError(f"llama_cpp.server did not answer within 180s: {log.read_text()[-2000:]}")
+    raise RuntimeError(f"llama_cpp.server did not answer within 300s: {log.read_text()[-2000:]}")
 
 
 @pytest.fixture(scope="session")

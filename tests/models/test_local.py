@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from taskdecomp import ModelRequest, load_toolset, run_sync, validate_plan_action
+from taskdecomp import Budget, ModelRequest, load_toolset, run_sync, validate_plan_action
 from taskdecomp.budget import MIN_PLAN_STEPS
 from taskdecomp.models.local import LocalModel, default_gguf, is_available
 from taskdecomp.models.schemas import plan_schema
@@ -17,6 +17,10 @@ from taskdecomp.prompts import render
 from tests.conftest import SALES_TOOLS
 from tests.models.conftest import require_local_extra
 from tests.support import SEED_GOAL, SEED_TOOLS
+
+# Sized for a busy 2-core machine, not an idle one: a real model's speed is measured by
+# bench/models.py, never asserted here.
+LOADED = Budget(max_seconds=600)
 
 
 def plan_request(goal: str = SEED_GOAL) -> ModelRequest:
@@ -53,6 +57,7 @@ def test_the_gguf_is_found_without_importing_its_package() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_the_embedded_model_writes_a_plan_that_passes_the_policy_boundary() -> None:
     require_local_extra()
     model = LocalModel()
@@ -69,10 +74,11 @@ def test_the_embedded_model_writes_a_plan_that_passes_the_policy_boundary() -> N
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_full_run_on_the_embedded_model() -> None:
     require_local_extra()
 
-    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model="local")
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model="local", budget=LOADED)
 
     # The 135M model's plan always passes the boundary under the grammar; whether each
     # argument is right for the goal is measured by bench/models.py, not asserted here.
@@ -86,6 +92,7 @@ def test_a_full_run_on_the_embedded_model() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_without_a_schema_the_model_answers_free_text() -> None:
     require_local_extra()
     request = ModelRequest(
@@ -101,11 +108,12 @@ def test_without_a_schema_the_model_answers_free_text() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_prompt_longer_than_the_context_is_an_llm_error() -> None:
     require_local_extra()
     long_goal = "sales " * 5000
 
-    result = run_sync(long_goal, tools=SALES_TOOLS, model=LocalModel(n_ctx=512))
+    result = run_sync(long_goal, tools=SALES_TOOLS, model=LocalModel(n_ctx=512), budget=LOADED)
 
     assert result.stop_reason == "llm_error:context"
     assert result.llm_phase == "plan"

@@ -103,12 +103,92 @@ def test_a_bad_request_that_is_not_about_the_format_ends_with_llm_error(
     fake_openai: FakeOpenAI,
 ) -> None:
     fake_openai.fallback = Reply(status=400, body=error_body("messages: too long"))
+    chosen = model(fake_openai)
 
-    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=chosen)
 
     assert result.stop_reason == "llm_error:bad_request"
     assert "messages: too long" in (result.message or "")
     assert len(fake_openai.requests) == 3  # json_schema, json_object+schema, json_object
+    assert chosen.structured_output == "json_schema"  # no form worked: none is remembered
+
+
+def test_a_500_that_names_response_format_falls_back_at_once_and_is_remembered(
+    fake_openai: FakeOpenAI,
+) -> None:
+    # llama-cpp-python's server: an unknown response_format type fails its request
+    # validation, which its error handler turns into a 500.
+    refused = Reply(
+        status=500,
+        body=error_body(
+            "1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', "
+            "'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}"
+        ),
+    )
+    fake_openai.queue(refused, ok(PLAN), ok(ANSWER), ok(PLAN), ok(ANSWER))
+
+    first = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+    again = model(fake_openai)  # another object for the same server
+    second = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=again)
+
+    assert (first.stop_reason, second.stop_reason) == ("success", "success")
+    assert len(fake_openai.requests) == 5  # no retries of the refused form, no second probe
+    types = [r["response_format"]["type"] for r in fake_openai.plan_requests()]
+    assert types == ["json_schema", "json_object", "json_object"]
+    assert all("schema" in r["response_format"] for r in fake_openai.plan_requests()[1:])
+    assert again.structured_output == "json_object+schema"
+    other_model = OpenAIModel("other-model", base_url=fake_openai.url)
+    assert other_model.structured_output == "json_schema"  # remembered per server and model
+
+
+def test_a_busy_server_after_a_fallback_is_retried_in_the_form_reached(
+    fake_openai: FakeOpenAI,
+) -> None:
+    refused = Reply(status=500, body=error_body("response_format: unknown type json_schema"))
+    busy = Reply(status=503, body=error_body("busy"), headers={"retry-after": "0"})
+    fake_openai.queue(refused, busy, ok(PLAN), ok(ANSWER))
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    assert result.stop_reason == "success"
+    types = [r["response_format"]["type"] for r in fake_openai.plan_requests()]
+    assert types == ["json_schema", "json_object", "json_object"]
+
+
+def test_a_server_that_refuses_every_form_with_500_is_not_retried(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.fallback = Reply(status=500, body=error_body("bad json_schema in response_format"))
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    assert result.stop_reason == "llm_error:bad_request"
+    assert len(fake_openai.requests) == 3  # each form once
+    assert "refused response_format down to plain json_object" in (result.message or "")
+
+
+@pytest.mark.parametrize(
+    ("raw", "content_type", "shown"),
+    [
+        (b"<!DOCTYPE html>\n<html><body>Welcome to nginx!</body></html>", "text/html", "text/html"),
+        (json.dumps(completion(PLAN)).encode()[:70], "application/json", "application/json"),
+        (b'{"status": "ok"}', "application/json", "application/json"),
+        (b"", "", "no content type"),
+    ],
+    ids=["html", "cut-off-json", "not-a-completion", "empty"],
+)
+def test_a_200_that_is_not_a_chat_completion_ends_with_llm_error_bad_response(
+    fake_openai: FakeOpenAI, raw: bytes, content_type: str, shown: str
+) -> None:
+    fake_openai.fallback = Reply(raw=raw, content_type=content_type)
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    assert result.stop_reason == "llm_error:bad_response"
+    assert result.llm_phase == "plan"
+    assert len(fake_openai.requests) == 1  # not retried
+    message = result.message or ""
+    assert shown in message and "--base-url" in message and "\n" not in message
 
 
 def test_a_stalled_server_ends_the_run_with_llm_timeout_without_retrying(

@@ -260,6 +260,20 @@ def test_a_file_that_is_not_a_database_is_a_usage_error(
     assert_usage_error(err, "is not a usable SQLite database")
 
 
+@pytest.mark.parametrize("below", ["sub/runs.db", "runs.db"])
+def test_a_store_path_through_a_file_is_a_usage_error(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], below: str
+) -> None:
+    (tmp_path / "plainfile").write_text("not a folder")
+    path = tmp_path / "plainfile" / below
+
+    tools, model = str(project / "tools.py"), f"scripted:{project / 'script.json'}"
+    for argv in (("runs",), ("run", "the goal", "--tools", tools, "--model", model)):
+        code, _, err = cli(capsys, *argv, "--db", f"sqlite:///{path}")
+        assert code == 2
+        assert_usage_error(err, "cannot create the folder", str(path), "--db")
+
+
 def test_a_locked_store_is_a_usage_error_and_readers_still_work(
     project: Path,
     capsys: pytest.CaptureFixture[str],

@@ -8,10 +8,13 @@ What a call does:
 
 - **Structured output.** A request with a JSON schema is sent with ``response_format``
   ``json_schema`` (``strict`` when the schema meets strict mode's rules, see
-  :func:`~taskdecomp.models.schemas.is_strict_compatible`). A server that refuses that
-  (400 or 422) is asked again with ``{"type": "json_object", "schema": ...}``, the form the
-  llama-cpp-python server and others take, then with plain ``json_object``; the model
-  remembers the first form that worked (:attr:`OpenAIModel.structured_output`).
+  :func:`~taskdecomp.models.schemas.is_strict_compatible`). A server that refuses that form
+  (400 or 422, or a 5xx whose body names ``response_format`` or ``json_schema``, as the
+  llama-cpp-python server does) is asked again at once, not retried, with
+  ``{"type": "json_object", "schema": ...}``, the form the llama-cpp-python server takes,
+  then with plain ``json_object``. The form that worked is remembered per server (base URL
+  and model) for the rest of the process, so no later call or model object probes again
+  (:attr:`OpenAIModel.structured_output`).
 - **Timeouts.** One attempt may take ``OPENAI_TIMEOUT_SECONDS``; past that the call fails
   with :class:`~taskdecomp.errors.ModelTimeoutError` (``llm_timeout``), not retried.
 - **Retries.** 408, 409, 429, 5xx and connection failures are retried with exponential
@@ -20,8 +23,9 @@ What a call does:
   the run's ``max_seconds`` deadline, so retries never outlive the run.
 - **Errors.** What is left becomes :class:`~taskdecomp.errors.ModelError` with a kind for
   ``llm_error:<kind>``: ``auth``, ``permission``, ``not_found``, ``bad_request``,
-  ``quota``, ``rate_limit``, ``server``, ``connection`` or ``http_<status>``, and a
-  message that says how to fix it. The API key never appears in a message.
+  ``quota``, ``rate_limit``, ``server``, ``connection``, ``bad_response`` (a 200 whose
+  body is not a chat completion: HTML, cut-off JSON) or ``http_<status>``, and a message
+  that says how to fix it. The API key never appears in a message.
 - **Usage.** Tokens come from the response's ``usage`` (estimated when a server omits it);
   cost from :data:`PRICES_PER_MTOK` on OpenAI's own endpoint, 0 elsewhere.
 """
@@ -36,6 +40,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import BaseModel, ValidationError
+
 from taskdecomp.errors import ConfigError, ModelError, ModelTimeoutError
 from taskdecomp.models.base import ModelRequest, ModelResponse, estimate_tokens
 from taskdecomp.models.schemas import is_strict_compatible
@@ -43,7 +49,6 @@ from taskdecomp.settings import OpenAISettings, load_openai_settings
 
 if TYPE_CHECKING:
     import openai
-    from openai.types.chat import ChatCompletion
 
 PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
     "gpt-4.1": (2.00, 8.00),
@@ -69,6 +74,10 @@ _FALLBACK_STATUS = frozenset({400, 422})
 StructuredOutput = Literal["json_schema", "json_object+schema", "json_object"]
 """The ``response_format`` forms tried, in order, for a request with a JSON schema."""
 _FORMATS: tuple[StructuredOutput, ...] = ("json_schema", "json_object+schema", "json_object")
+_FORMAT_WORDS = ("response_format", "json_schema")
+"""Words in a 5xx body that make it a refusal of the structured-output form."""
+_WORKING_FORMATS: dict[tuple[str, str], StructuredOutput] = {}
+"""The form each server (base URL, model) last answered a schema request in, this process."""
 _MAX_RETRY_AFTER = 20.0
 _SNAPSHOT = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 
@@ -110,6 +119,28 @@ class RetryPolicy:
         return base * (0.5 + random.random() / 2)  # jitter spreads retries of parallel calls
 
 
+class _Message(BaseModel):
+    content: str | None = None
+
+
+class _Choice(BaseModel):
+    message: _Message
+    finish_reason: str | None = None
+
+
+class _Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class _Completion(BaseModel):
+    """What is read from a Chat Completions body; the rest is ignored."""
+
+    model: str | None = None
+    choices: list[_Choice]
+    usage: _Usage | None = None
+
+
 def openai_model(
     name: str = "", *, base_url: str | None = None, settings: OpenAISettings | None = None
 ) -> OpenAIModel:
@@ -136,10 +167,14 @@ def openai_model(
 class _Retry(Exception):
     """Internal: this attempt failed in a way worth repeating."""
 
-    def __init__(self, error: ModelError, retry_after: float | None) -> None:
+    def __init__(
+        self, error: ModelError, retry_after: float | None, form: StructuredOutput
+    ) -> None:
         super().__init__(str(error))
         self.error = error
         self.retry_after = retry_after
+        self.form = form
+        """The structured-output form the failed attempt sent; the next one starts there."""
 
 
 class OpenAIModel:
@@ -153,8 +188,8 @@ class OpenAIModel:
         retry: how failed attempts are repeated.
         max_output_tokens: cap on the answer's length (``max_tokens``); default: the server's.
         temperature: sampling temperature; 0 (the seed's) keeps plans repeatable.
-        structured_output: the first ``response_format`` form to try. The llama-cpp-python
-            server accepts ``json_schema`` but ignores it; give it ``"json_object+schema"``.
+        structured_output: the first ``response_format`` form to try; a form this server
+            is known (in this process) to refuse is skipped.
 
     Raises:
         ConfigError: no API key for OpenAI's own endpoint, or a bad argument.
@@ -194,7 +229,8 @@ class OpenAIModel:
             raise ConfigError(
                 f"structured_output must be one of {', '.join(_FORMATS)}, got {structured_output!r}"
             )
-        self._format: StructuredOutput = structured_output
+        self._first_format: StructuredOutput = structured_output
+        self._server = ((base_url or "").rstrip("/"), model)
         self._priced = base_url is None or any(host in base_url for host in OPENAI_HOSTS)
 
     @property
@@ -208,8 +244,13 @@ class OpenAIModel:
 
     @property
     def structured_output(self) -> StructuredOutput:
-        """The ``response_format`` form this model sends with a JSON schema now."""
-        return self._format
+        """The ``response_format`` form the next call with a JSON schema starts with.
+
+        The form given to the constructor, or the one this server (base URL and model) last
+        answered in during this process, whichever comes later in the fallback order.
+        """
+        known = _WORKING_FORMATS.get(self._server, self._first_format)
+        return max(known, self._first_format, key=_FORMATS.index)
 
     @property
     def base_url(self) -> str | None:
@@ -224,7 +265,8 @@ class OpenAIModel:
 
         Raises:
             ModelTimeoutError: an attempt took longer than the timeout.
-            ModelError: the server refused the call, or kept failing after the retries.
+            ModelError: the server refused the call, kept failing after the retries, or
+                answered with something that is not a chat completion (``bad_response``).
         """
         import openai
 
@@ -234,41 +276,47 @@ class OpenAIModel:
             timeout=self._timeout,
             max_retries=0,
         ) as client:
-            attempt = 1
+            attempt, form = 1, self.structured_output
             while True:
                 try:
-                    return await self._attempt(client, request)
+                    return await self._attempt(client, request, form)
                 except _Retry as retry:
                     if attempt >= self._retry.attempts:
                         raise retry.error from None
                     await self._sleep(self._retry.delay(attempt, retry.retry_after))
-                    attempt += 1
+                    attempt, form = attempt + 1, retry.form
 
-    async def _attempt(self, client: openai.AsyncOpenAI, request: ModelRequest) -> ModelResponse:
+    async def _attempt(
+        self, client: openai.AsyncOpenAI, request: ModelRequest, form: StructuredOutput
+    ) -> ModelResponse:
         import openai
 
-        can_fall_back = request.json_schema is not None and self._format != _FORMATS[-1]
         try:
-            completion = await client.chat.completions.create(**self._params(request))
+            raw = await client.chat.completions.with_raw_response.create(
+                **self._params(request, form)
+            )
         except openai.APITimeoutError:
             raise ModelTimeoutError(
                 f"{self.name} did not answer within {self._timeout:g}s; raise "
                 "OPENAI_TIMEOUT_SECONDS or pick a faster model"
             ) from None
         except openai.APIConnectionError as exc:
-            raise _Retry(self._connection_error(exc), None) from None
+            raise _Retry(self._connection_error(exc), None, form) from None
         except openai.APIStatusError as exc:
-            if can_fall_back and exc.status_code in _FALLBACK_STATUS:
-                # the server does not take this form of structured output; try the next
-                self._format = _FORMATS[_FORMATS.index(self._format) + 1]
-                return await self._attempt(client, request)
+            if request.json_schema is not None and _refuses_format(exc):
+                if form != _FORMATS[-1]:  # this server does not take the form: try the next
+                    return await self._attempt(client, request, _next_format(form))
+                raise self._format_error(exc) from None
             error = self._status_error(exc)
             if _retryable(exc):
-                raise _Retry(error, _retry_after(exc)) from None
+                raise _Retry(error, _retry_after(exc), form) from None
             raise error from None
-        return self._response(completion, request)
+        response = self._response(raw.content, raw.headers.get("content-type", ""), request)
+        if request.json_schema is not None:
+            _WORKING_FORMATS[self._server] = form
+        return response
 
-    def _params(self, request: ModelRequest) -> dict[str, Any]:
+    def _params(self, request: ModelRequest, form: StructuredOutput) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self._model,
             "messages": [dict(message) for message in request.messages],
@@ -279,7 +327,7 @@ class OpenAIModel:
         schema = request.json_schema
         if schema is None:
             return params
-        if self._format == "json_schema":
+        if form == "json_schema":
             params["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {
@@ -288,13 +336,17 @@ class OpenAIModel:
                     "strict": is_strict_compatible(schema),
                 },
             }
-        elif self._format == "json_object+schema":
+        elif form == "json_object+schema":
             params["response_format"] = {"type": "json_object", "schema": schema}
         else:
             params["response_format"] = {"type": "json_object"}
         return params
 
-    def _response(self, completion: ChatCompletion, request: ModelRequest) -> ModelResponse:
+    def _response(self, body: bytes, content_type: str, request: ModelRequest) -> ModelResponse:
+        try:
+            completion = _Completion.model_validate_json(body)
+        except ValidationError:
+            raise self._bad_response(body, content_type) from None
         if not completion.choices:
             return ModelResponse(text="", tokens_in=estimate_tokens(request.text()))
         choice = completion.choices[0]
@@ -309,6 +361,17 @@ class OpenAIModel:
             tokens_out=tokens_out,
             cost_usd=cost if self._priced else 0.0,
             finish_reason=choice.finish_reason,
+        )
+
+    def _bad_response(self, body: bytes, content_type: str) -> ModelError:
+        where = self._base_url or "OpenAI"
+        kind = content_type.split(";")[0].strip() or "no content type"
+        start = " ".join(body[:120].decode("utf-8", "replace").split())
+        return ModelError(
+            "bad_response",
+            f"{self.name}: {where!r} answered 200 but not with a chat completion "
+            f"({kind}, {len(body)} bytes, starting {self._scrub(start)!r}); check that "
+            "--base-url / OPENAI_BASE_URL is the server's OpenAI API (it usually ends in /v1)",
         )
 
     def _connection_error(self, exc: openai.APIConnectionError) -> ModelError:
@@ -360,10 +423,36 @@ class OpenAIModel:
             )
         return ModelError(f"http_{status}", f"{self.name}: HTTP {status}: {detail}")
 
+    def _format_error(self, exc: openai.APIStatusError) -> ModelError:
+        if exc.status_code in _FALLBACK_STATUS:
+            return self._status_error(exc)  # perhaps not about the format at all
+        return ModelError(
+            "bad_request",
+            f"{self.name}: {self._base_url or 'OpenAI'!r} refused response_format down to "
+            f"plain json_object ({exc.status_code}): {self._scrub(_server_message(exc))}; "
+            "use a server or model that can answer in JSON",
+        )
+
     def _scrub(self, text: str) -> str:
         if self._api_key and self._api_key != "unused":
             text = text.replace(self._api_key, "***")
         return text[:500]
+
+
+def _next_format(form: StructuredOutput) -> StructuredOutput:
+    return _FORMATS[_FORMATS.index(form) + 1]
+
+
+def _refuses_format(exc: openai.APIStatusError) -> bool:
+    """Whether the server refused the request's ``response_format`` rather than failed.
+
+    400 and 422 count whatever they say; a 5xx only when its body names the format
+    (llama-cpp-python's server answers an unknown ``response_format`` type with 500).
+    """
+    if exc.status_code in _FALLBACK_STATUS:
+        return True
+    body = exc.response.text.lower()
+    return exc.status_code >= 500 and any(word in body for word in _FORMAT_WORDS)
 
 
 def _retryable(exc: openai.APIStatusError) -> bool:

@@ -154,7 +154,15 @@ class SqlStore:
     def _sqlite_engine(self) -> Engine:
         database = self.url.database
         if database and database != ":memory:" and not database.startswith("file:"):
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            folder = Path(database).expanduser().parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file on the way, no permission, read-only disk
+                raise StoreError(
+                    f"cannot create the folder {str(folder)!r} for the SQLite store "
+                    f"{database!r}: {exc.strerror or exc}; pick a --db path whose folders "
+                    "can be created"
+                ) from exc
         engine = create_engine(self.url, connect_args={"timeout": self._busy_timeout})
         busy_ms = int(self._busy_timeout * 1000)
 
