@@ -1,7 +1,7 @@
 """What every command shares: the click group, common options, the store, model wiring.
 
 Exit codes: 0 when the work succeeded, 1 when it stopped for any other reason, 2 for a usage
-or configuration error (one line on stderr, no traceback).
+or configuration error (one line on stderr, no traceback), 3 when a run waits for approval.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from taskdecomp.store import SqlStore, open_store
 
 EXIT_STOPPED = 1
 EXIT_USAGE = 2
+EXIT_PAUSED = 3
 
 DB_OPTION = click.option(
     "--db",

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -18,6 +19,7 @@ from taskdecomp import durable
 from taskdecomp.cli import _app
 from taskdecomp.cli._app import (
     DB_OPTION,
+    EXIT_PAUSED,
     EXIT_STOPPED,
     app,
     build_models,
@@ -27,12 +29,25 @@ from taskdecomp.cli._app import (
     short,
     when,
 )
-from taskdecomp.events import Event, ModelCalled, PlanCreated, StepFinished, StepStarted
+from taskdecomp.events import (
+    AgentTurn,
+    ApprovalRequested,
+    Event,
+    ModelCalled,
+    PlanCreated,
+    PlanRevised,
+    ReplanDecided,
+    StepFinished,
+    StepStarted,
+)
 from taskdecomp.models import Model
+from taskdecomp.plan import Step
+from taskdecomp.prompts import check_directory
 from taskdecomp.run import RunId, RunResult
 from taskdecomp.settings import choose_model, load_openai_settings, load_settings
 from taskdecomp.store import RunSummary, StoredRun
-from taskdecomp.strategies.plan_execute import resume, run_sync
+from taskdecomp.strategies.plan_execute import STRATEGIES, Strategy, resume, run_sync
+from taskdecomp.strategies.replan import PROMPT_NAMES, ReplanOptions
 
 
 @app.command("run")
@@ -62,6 +77,33 @@ from taskdecomp.strategies.plan_execute import resume, run_sync
 @click.option(
     "--max-cost-usd", type=click.FloatRange(min=0), help="Most model spend in USD. [none]"
 )
+@click.option(
+    "--strategy",
+    type=click.Choice(STRATEGIES),
+    default="plan_execute",
+    show_default=True,
+    help="plan_execute: plan once, run, combine. replan: plan, run the ready steps, replan.",
+)
+@click.option(
+    "--max-iterations",
+    type=click.IntRange(min=1),
+    help="replan: most execute/replan rounds. [10]",
+)
+@click.option(
+    "--max-agent-turns",
+    type=click.IntRange(min=1),
+    help="replan: most executor agent turns per instruction step. [20]",
+)
+@click.option(
+    "--approve-plan",
+    is_flag=True,
+    help="replan: pause for approval before the plan runs and after a revision changes it.",
+)
+@click.option(
+    "--prompts",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="replan: a directory whose planner.md, executor.md or replanner.md replace ours.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @DB_OPTION
 def run_command(
@@ -71,6 +113,11 @@ def run_command(
     combiner_model: str | None,
     base_url: str | None,
     allow: str | None,
+    strategy: Strategy,
+    max_iterations: int | None,
+    max_agent_turns: int | None,
+    approve_plan: bool,
+    prompts: Path | None,
     as_json: bool,
     db: str | None,
     **budget_flags: Any,
@@ -78,8 +125,10 @@ def run_command(
     """Plan GOAL with the model, validate the plan, execute it with the tools, combine.
 
     Every budget flag also reads TASKDECOMP_<FLAG> (e.g. TASKDECOMP_MAX_TOOL_CALLS) from the
-    environment or .env. Exit code: 0 on success, 1 when the run stopped, 2 on usage errors.
+    environment or .env. Exit code: 0 on success, 1 when the run stopped, 2 on usage errors,
+    3 when the run waits for approval (taskdecomp approve / reject).
     """
+    replan = _replan_options(strategy, max_iterations, max_agent_turns, approve_plan, prompts)
     settings = load_settings()
     budget = settings.budget(**budget_flags)
     openai_settings = load_openai_settings()
@@ -99,21 +148,56 @@ def run_command(
             combiner_model=combiner,
             allow=allowed,
             budget=budget,
-            on_event=None if as_json else _progress(err),
+            on_event=None if as_json else progress(err),
             store=store,
+            strategy=strategy,
+            replan=replan,
         )
-    return _report(result, as_json=as_json)
+    return report(result, as_json=as_json)
 
 
-def _report(result: RunResult, *, as_json: bool) -> int:
+def _replan_options(
+    strategy: Strategy,
+    max_iterations: int | None,
+    max_agent_turns: int | None,
+    approve_plan: bool,
+    prompts: Path | None,
+) -> ReplanOptions | None:
+    given = {
+        "--max-iterations": max_iterations is not None,
+        "--max-agent-turns": max_agent_turns is not None,
+        "--approve-plan": approve_plan,
+        "--prompts": prompts is not None,
+    }
+    if strategy != "replan":
+        used = [flag for flag, on in given.items() if on]
+        if used:
+            raise click.UsageError(f"{', '.join(used)} apply to --strategy replan only")
+        return None
+    if prompts is not None:
+        check_directory(prompts, PROMPT_NAMES)
+    return ReplanOptions(
+        max_iterations=max_iterations or 10,
+        max_agent_turns=max_agent_turns or 20,
+        approve_plan=approve_plan,
+        prompts=prompts,
+    )
+
+
+def report(result: RunResult, *, as_json: bool) -> int:
+    """Print ``result``; return the exit code (0 ok, 3 paused, 1 stopped)."""
     if as_json:
         echo_json(result.to_dict())
     else:
         _summary(Console(highlight=False), result)
-    return 0 if result.ok else EXIT_STOPPED
+    if result.ok:
+        return 0
+    return EXIT_PAUSED if result.status == "paused" else EXIT_STOPPED
 
 
-def _progress(console: Console) -> Callable[[Event], None]:
+def progress(console: Console) -> Callable[[Event], None]:
+    """Print one line per event worth a person's attention."""
+
     def show(event: Event) -> None:
         if isinstance(event, ModelCalled):
             mark = "[green]ok[/]" if event.ok else "[red]failed[/]"
@@ -127,8 +211,38 @@ def _progress(console: Console) -> Callable[[Event], None]:
         elif isinstance(event, StepFinished) and not event.entry.ok:
             reason = event.entry.stop_reason or event.entry.error
             console.print(f"[red]step {event.entry.step_no} stopped:[/] {escape(str(reason))}")
+        else:
+            _replan_progress(console, event)
 
     return show
+
+
+def _what(step: Step) -> str:
+    """A step's arguments, or its instruction."""
+    if step.instruction is not None:
+        return escape(short(step.instruction, 200))
+    return escape(short(json.dumps(dict(step.args), ensure_ascii=False), 200))
+
+
+def _approval(console: Console, run_id: str, approval: dict[str, Any]) -> None:
+    subject = short(json.dumps(approval.get("subject"), ensure_ascii=False), 2000)
+    console.print(Panel(escape(subject), title=f"waiting for approval: {approval.get('kind')}"))
+    console.print(
+        f"approve: taskdecomp approve {run_id}   reject: taskdecomp reject {run_id} --reason TEXT"
+    )
+
+
+def _replan_progress(console: Console, event: Event) -> None:
+    if isinstance(event, ReplanDecided):
+        console.print(f"[dim]replan[/] round {event.iteration}: {event.kind}")
+    elif isinstance(event, PlanRevised):
+        change = "revised" if event.changed else "unchanged"
+        console.print(f"[dim]plan[/] {change}: {len(event.plan.steps)} steps left")
+    elif isinstance(event, AgentTurn):
+        what = f"call {event.tool}" if event.action == "call" else "finish"
+        console.print(f"[dim]agent[/] step {event.step_no} turn {event.turn}: {escape(what)}")
+    elif isinstance(event, ApprovalRequested):
+        console.print(f"[yellow]waiting for approval:[/] {escape(event.request.describe())}")
 
 
 def _summary(console: Console, result: RunResult) -> None:
@@ -138,6 +252,8 @@ def _summary(console: Console, result: RunResult) -> None:
         console.print(f"llm_phase: {result.llm_phase}")
     if result.message:
         console.print(f"[dim]{escape(result.message)}[/]")
+    if result.approval is not None:
+        _approval(console, result.run_id, result.approval)
     if result.plan is not None:
         table = Table(title="plan", title_justify="left")
         for column in ("#", "id", "title", "tool", "args", "result"):
@@ -149,7 +265,7 @@ def _summary(console: Console, result: RunResult) -> None:
                 "-" if entry is None else "ok" if entry.ok else (entry.stop_reason or "cancelled")
             )
             table.add_row(
-                str(no), step.id, step.title, step.tool_name, json.dumps(dict(step.args)), status
+                str(no), escape(step.id), escape(step.title), step.tool_name, _what(step), status
             )
         console.print(table)
     elif result.raw_plan is not None:
@@ -256,7 +372,7 @@ def resume_command(
                 ),
                 err=True,
             )
-            return _report(stored.result(), as_json=as_json)
+            return report(stored.result(), as_json=as_json)
         budget = durable.stored_config(stored).budget
         if max_seconds is not None:
             budget = dataclasses.replace(budget, max_seconds=max_seconds)
@@ -270,10 +386,10 @@ def resume_command(
                 combiner_model=combiner,
                 allow=names(allow),
                 budget=budget,
-                on_event=None if as_json else _progress(Console(stderr=True, highlight=False)),
+                on_event=None if as_json else progress(Console(stderr=True, highlight=False)),
             )
         )
-    return _report(result, as_json=as_json)
+    return report(result, as_json=as_json)
 
 
 def _resume_models(
@@ -303,6 +419,9 @@ def show_stored(console: Console, stored: StoredRun) -> None:
     )
     if stored.message:
         console.print(f"[dim]{escape(short(stored.message, 2000))}[/]")
+    pending = stored.pending_approval()
+    if pending is not None:
+        _approval(console, stored.run_id, pending)
     if stored.plan is not None:
         _plan_table(console, stored)
     elif stored.raw_plan is not None:
@@ -324,10 +443,9 @@ def _plan_table(console: Console, stored: StoredRun) -> None:
     for column in ("#", "id", "title", "tool", "args", "done"):
         table.add_column(column)
     for no, step in enumerate(stored.plan.steps, start=1):
-        args = short(json.dumps(dict(step.args), ensure_ascii=False), 80)
         mark = "yes" if step.id in done else "-"
-        cells = (step.id, step.title, step.tool_name, args)
-        table.add_row(str(no), *(escape(short(cell, 80)) for cell in cells), mark)
+        cells = (step.id, step.title, step.tool_name)
+        table.add_row(str(no), *(escape(short(cell, 80)) for cell in cells), _what(step), mark)
     console.print(table)
 
 

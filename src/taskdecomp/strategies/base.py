@@ -17,7 +17,7 @@ from typing import Any
 from taskdecomp import stops
 from taskdecomp.budget import Budget, Meter, Usage
 from taskdecomp.durable import Journal
-from taskdecomp.events import EventBus, RunStarted, RunStopped, Subscriber
+from taskdecomp.events import ApprovalRequested, EventBus, RunStarted, RunStopped, Subscriber
 from taskdecomp.gateway import ToolGateway
 from taskdecomp.models import Model
 from taskdecomp.plan import Plan
@@ -169,6 +169,8 @@ def finish(ctx: RunContext, outcome: Outcome, started: float) -> RunResult:
         usage=ctx.meter.snapshot(seconds=ctx.clock() - started),
         approval=pending.to_dict() if pending is not None else None,
     )
+    if pending is not None:
+        ctx.events.emit(ApprovalRequested(run_id=ctx.run_id, request=pending))
     ctx.events.emit(RunStopped(run_id=ctx.run_id, result=result))
     if ctx.journal is not None:
         ctx.journal.finished(result, approvals=ctx.approvals.to_dict())
