@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
-from tests.conftest import EXAMPLES
+import pytest
+
+from taskdecomp.cli import main
+from tests.conftest import EXAMPLES, SALES_TOOLS
 
 
 def test_run_decomposer_example_shows_both_modes() -> None:
@@ -23,3 +27,26 @@ def test_run_decomposer_example_shows_both_modes() -> None:
     )
     assert lines[1] == "one node:   Plan #1 got 3 subtasks."
     assert "    [19] Volunteers (leaf)" in lines
+
+
+def test_the_replan_example_runs_two_waves_and_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(
+            [
+                "run",
+                "Prepare an April 2026 monthly sales summary for manager_id=42 in USD.",
+                "--tools",
+                str(SALES_TOOLS),
+                "--strategy",
+                "replan",
+                "--model",
+                f"scripted:{EXAMPLES / 'replan' / 'sales.json'}",
+                "--json",
+            ]
+        )
+    assert exited.value.code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["stop_reason"] == "success" and data["usage"]["llm_calls"] == 3
+    kpis = next(h for h in data["history"] if h["plan_step"]["id"] == "s4")
+    assert kpis["observation"]["net_sales_usd"] == 26825.0  # computed from the $ref'd month
+    assert "$26,825" in data["answer"]

@@ -2,7 +2,8 @@
 
 An LLM breaks a goal into steps; a policy boundary validates that plan as untrusted input;
 a scheduler runs the steps through a tool gateway with an allowlist and budgets; one
-combine call writes the answer. Every run ends with an explicit stop reason.
+combine call writes the answer (``plan_execute``), or a replanner answers once the results
+are in (``replan``). Every run ends with an explicit stop reason.
 
     >>> from taskdecomp import run_sync
     >>> result = run_sync("...", tools="tools.py", model="scripted:script.json")
@@ -27,10 +28,15 @@ from taskdecomp.errors import (
     TreeNotFoundError,
 )
 from taskdecomp.events import (
+    AgentTurn,
+    ApprovalDecided,
+    ApprovalRequested,
     Event,
     EventBus,
     ModelCalled,
     PlanCreated,
+    PlanRevised,
+    ReplanDecided,
     RunStarted,
     RunStopped,
     StepFinished,
@@ -51,12 +57,17 @@ from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
 from taskdecomp.stops import CODES, StopReason, StopRun, is_known
 from taskdecomp.store import SqlStore, open_store
 from taskdecomp.store.trees import TreeRepository
+from taskdecomp.strategies.approval import approve, reject
 from taskdecomp.strategies.decompose import PlanDecomposer
 from taskdecomp.strategies.plan_execute import resume, run, run_sync
+from taskdecomp.strategies.replan import ReplanOptions
 from taskdecomp.tools import Toolset, ToolSpec, load_toolset, tool
 from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTree, PlanTreeId
 
 __all__ = [
+    "AgentTurn",
+    "ApprovalDecided",
+    "ApprovalRequested",
     "Budget",
     "CODES",
     "ConfigError",
@@ -79,8 +90,11 @@ __all__ = [
     "PlanCreated",
     "PlanDecomposer",
     "PlanNode",
+    "PlanRevised",
     "PlanTree",
     "PlanTreeId",
+    "ReplanDecided",
+    "ReplanOptions",
     "RunId",
     "RunNotFoundError",
     "RunResult",
@@ -106,12 +120,14 @@ __all__ = [
     "TreeNotFoundError",
     "TreeRepository",
     "Usage",
+    "approve",
     "args_hash",
     "is_known",
     "load_toolset",
     "open_store",
     "parse_model_json",
     "register_provider",
+    "reject",
     "resolve_model",
     "resume",
     "run",
