@@ -257,3 +257,32 @@ def test_resume_after_kill_9_in_the_middle_of_the_loop(tmp_path: Path, env: dict
     assert stored["segments"] == 4 and stored["status"] == "ok"
     kinds = [e for e in stored["state"]["replan"]["steps"]]
     assert [k["id"] for k in kinds] == ["s1", "s2", "s3"]
+
+
+def test_an_agent_call_that_needs_approval_pauses_and_runs_once(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    plan = {"kind": "plan", "steps": [{"id": "s1", "title": "Notify", "instruction": "Tell ann"}]}
+    model = rules_script(
+        tmp_path,
+        ("remaining_steps", RESPOND),
+        ('"turns": \\[\\]', {"kind": "call", "tool": "send", "args": {"to": "ann"}}),
+        ("turns_left", {"kind": "finish", "result": "ann was told"}),
+        ("max_plan_steps", plan),
+    )
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    base = ["--tools", str(tmp_path / "tools.py"), "--model", model, "--db", db, "--json"]
+    code, out, _ = cli(env, "run", "Tell ann", *base, "--strategy", "replan")
+    assert code == 3
+    paused = json.loads(out)
+    assert paused["approval"]["subject"] == {
+        "step_id": "s1#1",
+        "tool": "send",
+        "args": {"to": "ann"},
+    }
+    assert calls(tmp_path) == []
+    code, out, err = cli(env, "approve", paused["run_id"], "--db", db, "--json")
+    assert code == 0, err
+    done = json.loads(out)
+    assert done["history"][0]["observation"] == "ann was told"
+    assert calls(tmp_path) == ["send to=ann"]
