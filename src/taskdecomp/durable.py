@@ -133,7 +133,9 @@ class Journal:
         self, plan: Plan, state: Mapping[str, Any], *, approvals: Mapping[str, Any]
     ) -> None:
         """Checkpoint the strategy's state, the run's current plan and its approvals."""
-        self.store.save_state(self.run_id, plan, state, approvals=approvals, events=self.drain())
+        self.store.save_state(
+            self.run_id, plan, state, approvals=approvals, usage=self.usage(), events=self.drain()
+        )
 
     def finished(self, result: RunResult, *, approvals: Mapping[str, Any] | None = None) -> None:
         """Store how the run ended (with its approvals, when it had any)."""
@@ -163,9 +165,19 @@ class Attempt:
         except StoreValueError as exc:
             raise StopRun(with_detail("tool_error", tool), message=str(exc)) from exc
 
-    def succeeded(self, entry: TraceEntry, history: HistoryEntry | None) -> None:
-        """The checkpoint: trace, step result (if the call ended the step), usage, events."""
-        self._write("ok", entry, history)
+    def succeeded(
+        self,
+        entry: TraceEntry,
+        history: HistoryEntry | None,
+        *,
+        state: Mapping[str, Any] | None = None,
+    ) -> None:
+        """The checkpoint, in one transaction.
+
+        The call's trace, the step's result (when the call ended the step), usage, events,
+        and the strategy's state when given (an executor agent's turn).
+        """
+        self._write("ok", entry, history, state)
 
     def failed(self, entry: TraceEntry) -> None:
         """The tool failed or the gateway refused it; the outcome is known."""
@@ -182,7 +194,13 @@ class Attempt:
         except StoreError:
             logger.exception("could not record the cancelled attempt at %r", self._start.step_id)
 
-    def _write(self, state: AttemptState, entry: TraceEntry, history: HistoryEntry | None) -> None:
+    def _write(
+        self,
+        state: AttemptState,
+        entry: TraceEntry,
+        history: HistoryEntry | None,
+        strategy_state: Mapping[str, Any] | None = None,
+    ) -> None:
         journal = self._journal
         if entry.error is not None and len(entry.error) > MAX_STORED_ERROR_CHARS:
             entry = replace(entry, error=entry.error[:MAX_STORED_ERROR_CHARS] + " [cut]")
@@ -194,6 +212,7 @@ class Attempt:
             history=history,
             usage=journal.usage(),
             events=journal.drain(),
+            strategy_state=strategy_state,
         )
         journal.store.checkpoint(journal.run_id, checkpoint)
 
@@ -303,10 +322,13 @@ def require(value: str | None, what: str, run_id: RunId) -> str:
 
 def interrupted(stored: StoredRun, step_id: TaskId) -> StopRun:
     """The stop for an ``unsafe`` step whose outcome is unknown."""
-    tool = next((s.tool for s in stored.plan.steps if s.id == step_id), "?") if stored.plan else "?"
+    step = next((s for s in stored.plan.steps if s.id == step_id), None) if stored.plan else None
+    tool = (
+        "an unsafe tool" if step is None or step.tool is None else f"the unsafe tool {step.tool!r}"
+    )
     return StopRun(
         stops.interrupted_unknown_outcome(step_id),
-        message=f"step {step_id!r} called the unsafe tool {tool!r} and the run was "
+        message=f"step {step_id!r} called {tool} and the run was "
         "interrupted before its result was stored; it may or may not have taken effect, so it "
         "is not called again: check by hand",
     )

@@ -78,7 +78,12 @@ def resolve_refs(step: Step, observations: Mapping[TaskId, Any]) -> Mapping[str,
     if not any(True for _ in refs_in(step.args)):
         return step.args
     resolved = _substitute(dict(step.args), step, observations)
-    assert isinstance(resolved, dict)  # a mapping stays a mapping
+    if not isinstance(resolved, dict):
+        raise StopRun(
+            bad_ref(step.id),
+            message=f"step {step.id!r}: its whole args are a reference that resolves to a "
+            f"{type(resolved).__name__}; args must be an object (refer inside it instead)",
+        )
     return resolved
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections import defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from taskdecomp import stops
@@ -78,12 +78,17 @@ async def _execute_dag(
     heapq.heapify(ready)
     running: dict[asyncio.Task[None], TaskId] = {}
     finished = len(plan.steps) - len(blocked)
+    pause: StopRun | None = None
     try:
-        while ready or running:
-            while ready and len(running) < max_parallel:
+        while (ready and pause is None) or running:
+            while ready and pause is None and len(running) < max_parallel:
                 step_no = heapq.heappop(ready)
                 step = plan.steps[step_no - 1]
-                running[asyncio.create_task(run_step(step_no, step, ctx))] = step.id
+                pause = waits_for_approval(step, ctx)
+                if pause is None:
+                    running[asyncio.create_task(run_step(step_no, step, ctx))] = step.id
+            if not running:
+                break
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for task in sorted(done, key=lambda t: numbers[running[t]]):
                 step_id = running.pop(task)
@@ -95,6 +100,8 @@ async def _execute_dag(
                         heapq.heappush(ready, numbers[dependent])
     finally:
         await _cancel(running)
+    if pause is not None:
+        raise pause  # the steps that were running have finished; nothing was cut short
     if finished < len(plan.steps):  # unreachable for a validated plan; never wait forever
         raise StopRun(stops.invalid_plan("cycle"), message="some steps can never start")
 
@@ -123,6 +130,10 @@ async def execute_wave(
         StopRun: the first step failure's reason.
     """
     wave = plan.ready(done)
+    for step in wave:  # a pause must not cut short steps that already started
+        pause = waits_for_approval(step, ctx)
+        if pause is not None:
+            raise pause
     if len(wave) == 1:
         await run_step(numbers[wave[0].id], wave[0], ctx)
         return wave
@@ -191,12 +202,14 @@ async def call_tool(
     args: Mapping[str, Any],
     call_id: str,
     finishes: bool,
+    on_success: Callable[[Any], Mapping[str, Any] | None] | None = None,
 ) -> Any:
     """Call ``tool`` for ``step`` through the gateway; record the trace (and the journal).
 
     ``call_id`` names the call (the step id, or ``<step>#<turn>`` for an agent's call): it
-    keys the idempotency key and the approval. When ``finishes`` is true the call's result
-    is the step's result and goes into the history.
+    keys the idempotency key. When ``finishes`` is true the call's result
+    is the step's result and goes into the history. ``on_success`` sees the result and
+    may return strategy state to store in the same checkpoint (an agent's turn).
 
     Raises:
         StopRun: a refused or failed call, a bad ``$ref``, or a call waiting for approval.
@@ -228,7 +241,7 @@ async def call_tool(
         if finishes and any(True for _ in refs_in(args)):
             args = resolve_refs(step, {h.plan_step.id: h.observation for h in ctx.history})
             digest = args_hash(args)
-        _approve(ctx, call_id, tool, args)
+        _approve(ctx, step.id, tool, args)
         attempt = _begin(ctx, step_no, step, tool, key)
         observation = await ctx.gateway.call(tool, args, idempotency_key=key, digest=digest)
         if attempt is not None:
@@ -253,16 +266,35 @@ async def call_tool(
         history = HistoryEntry(step_no=step_no, plan_step=step, observation=observation)
         ctx.history.append(history)
         ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry, observation=observation))
+    state = on_success(observation) if on_success is not None else None
     if attempt is not None:
-        attempt.succeeded(entry, history)
+        attempt.succeeded(entry, history, state=state)
     return observation
 
 
-def _approve(ctx: RunContext, call_id: str, tool: str, args: Mapping[str, Any]) -> None:
-    """Pause for a human before a ``needs_approval`` tool, unless this call was approved."""
+def _approve(ctx: RunContext, step_id: str, tool: str, args: Mapping[str, Any]) -> None:
+    """Pause for a human before a ``needs_approval`` tool, unless this call was approved.
+
+    A call is identified by its step, tool and arguments (not by an agent's turn number),
+    so an approved call is not asked again when an agent replays its step.
+    """
     spec = ctx.gateway.toolset.get(tool)
     if spec is not None and spec.needs_approval:
-        ctx.approvals.require(ApprovalRequest.for_call(call_id, tool, args))
+        ctx.approvals.require(ApprovalRequest.for_call(step_id, tool, args))
+
+
+def waits_for_approval(step: Step, ctx: RunContext) -> StopRun | None:
+    """The pause a tool step would make before its call, or ``None`` (checked up front)."""
+    if step.tool is None:
+        return None
+    args: Mapping[str, Any] = step.args
+    try:
+        if any(True for _ in refs_in(args)):
+            args = resolve_refs(step, {h.plan_step.id: h.observation for h in ctx.history})
+        _approve(ctx, step.id, step.tool, args)
+    except StopRun as stop:
+        return stop if stop.reason == stops.AWAITING_APPROVAL else None  # the step reports it
+    return None
 
 
 def _begin(ctx: RunContext, step_no: int, step: Step, tool: str, key: str) -> Attempt | None:

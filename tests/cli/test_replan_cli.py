@@ -41,6 +41,16 @@ def send(to: str) -> str:
     return "sent to " + to
 
 
+@tool(needs_approval=True)
+def publish(key: str) -> str:
+    """Publish (a human approves); waits until the release file exists."""
+    _log("publish", key=key)
+    release = LOG.with_suffix(".release")
+    while not release.exists():
+        time.sleep(0.05)
+    return "published " + key
+
+
 def block(key: str) -> str:
     """Wait until the release file exists (the test kills the process meanwhile)."""
     _log("block", key=key)
@@ -276,7 +286,7 @@ def test_an_agent_call_that_needs_approval_pauses_and_runs_once(
     assert code == 3
     paused = json.loads(out)
     assert paused["approval"]["subject"] == {
-        "step_id": "s1#1",
+        "step_id": "s1",
         "tool": "send",
         "args": {"to": "ann"},
     }
@@ -286,3 +296,40 @@ def test_an_agent_call_that_needs_approval_pauses_and_runs_once(
     done = json.loads(out)
     assert done["history"][0]["observation"] == "ann was told"
     assert calls(tmp_path) == ["send to=ann"]
+
+
+def test_an_approved_call_is_not_asked_again_after_a_crash(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    plan = {
+        "kind": "plan",
+        "steps": [
+            step("s1", "lookup", {"key": "a"}),
+            step("s2", "publish", {"key": "b"}),
+            step("s3", "lookup", {"key": "c"}),
+        ],
+    }
+    model = rules_script(tmp_path, ("history", "Published."), ("max_plan_steps", plan))
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    base = ["--tools", str(tmp_path / "tools.py"), "--model", model, "--db", db, "--json"]
+    code, out, _ = cli(env, "run", "Publish b", *base)
+    assert code == 3
+    run_id = json.loads(out)["run_id"]
+    code_str = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code_str, "approve", run_id, "--db", db],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while "publish key=b" not in calls(tmp_path):
+        assert time.monotonic() < deadline and child.poll() is None
+        time.sleep(0.05)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    (tmp_path / "calls.release").touch()
+    code, out, err = cli(env, "resume", run_id, "--db", db, "--json")
+    assert code == 0, err  # the approval was stored when it was given
+    assert json.loads(out)["answer"] == "Published."
+    assert calls(tmp_path) == ["lookup key=a", "publish key=b", "publish key=b", "lookup key=c"]

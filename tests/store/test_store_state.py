@@ -37,25 +37,33 @@ def mixed_plan(*extra: Step) -> Plan:
 
 def test_state_and_plan_are_replaced_together(store: SqlStore) -> None:
     store.create_run(new_run())
-    store.save_state(RUN, mixed_plan(), {"replan": {"iteration": 1}}, approvals={}, events=[])
+    store.save_state(
+        RUN, mixed_plan(), {"replan": {"iteration": 1}}, approvals={}, usage=Usage(), events=[]
+    )
     third = Step(id=TaskId("s3"), title="more", tool="t", args={})
     approvals = {"approved": ["abc"], "pending": None}
     event = EventRecord(kind="PlanRevised", at=1.0, data={"iteration": 2})
     store.save_state(
-        RUN, mixed_plan(third), {"replan": {"iteration": 2}}, approvals=approvals, events=[event]
+        RUN,
+        mixed_plan(third),
+        {"replan": {"iteration": 2}},
+        approvals=approvals,
+        usage=Usage(llm_calls=4),
+        events=[event],
     )
     stored = store.load_run(RUN)
     assert stored.plan == mixed_plan(third)
     assert stored.plan is not None and stored.plan.steps[1].instruction == "Summarize s1"
     assert stored.state == {"replan": {"iteration": 2}}
     assert stored.approvals == approvals
+    assert stored.usage.llm_calls == 4  # a decision's model call is stored with it
     assert [e.kind for e in store.load_events(RUN)] == ["PlanRevised"]
 
 
 def test_an_instruction_step_result_is_a_history_entry(store: SqlStore) -> None:
     store.create_run(new_run())
     plan = mixed_plan()
-    store.save_state(RUN, plan, {}, approvals={}, events=[])
+    store.save_state(RUN, plan, {}, approvals={}, usage=Usage(), events=[])
     entry = HistoryEntry(step_no=2, plan_step=plan.steps[1], observation="s1 said 3")
     store.save_step(RUN, entry, usage=Usage(llm_calls=3, tool_calls=1), events=[])
     stored = store.load_run(RUN)
@@ -97,7 +105,9 @@ def test_a_store_from_before_the_state_columns_is_upgraded(tmp_path: Path) -> No
     store = open_store(url)
     try:
         store.create_run(new_run())
-        store.save_state(RUN, mixed_plan(), {"replan": {}}, approvals={"approved": []}, events=[])
+        store.save_state(
+            RUN, mixed_plan(), {"replan": {}}, approvals={"approved": []}, usage=Usage(), events=[]
+        )
         assert store.load_run(RUN).approvals == {"approved": []}
     finally:
         store.close()

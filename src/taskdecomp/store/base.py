@@ -82,6 +82,8 @@ class Checkpoint:
     usage: Usage
     """What the run has spent so far."""
     events: Sequence[EventRecord] = ()
+    strategy_state: Mapping[str, Any] | None = None
+    """The strategy's state to store with this checkpoint (an agent's turns), if any."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -158,17 +160,18 @@ class StoredRun:
         return frozenset(entry.plan_step.id for entry in self.history)
 
     def in_doubt(self) -> TaskId | None:
-        """The first step with an ``unsafe`` call that may have taken effect, and no result.
+        """The first step with an ``unsafe`` call that started and left no outcome.
 
-        That is a call that started and did not fail cleanly; for an instruction step, also
-        a call that succeeded before the step itself finished (its agent would start over).
+        A call that ended (``ok`` or ``failed``) has its outcome stored: a tool step's
+        result, or an executor agent's turn in the strategy state, written in the same
+        transaction.
         """
         done = self.finished_steps()
         for attempt in self.attempts:
             start = attempt.start
             if start.side_effects != "unsafe" or start.step_id in done:
                 continue
-            if attempt.state != "failed":
+            if attempt.state in ("started", "cancelled"):
                 return start.step_id
         return None
 
@@ -271,9 +274,10 @@ class Store(Protocol):
         state: Mapping[str, Any],
         *,
         approvals: Mapping[str, Any],
+        usage: Usage,
         events: Sequence[EventRecord],
     ) -> None:
-        """Store the run's current plan (replacing the stored one), strategy state, approvals."""
+        """Store the run's current plan (replacing it), strategy state, approvals and usage."""
         ...
 
     def finish_run(

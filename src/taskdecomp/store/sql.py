@@ -66,6 +66,11 @@ _END_ATTEMPT = (
     .where(schema.attempts.c.id == bindparam("b_id"))
     .values(state=bindparam("b_state"), trace=bindparam("b_trace"), finished_at=bindparam("b_now"))
 )
+_SET_STATE = (
+    update(schema.runs)
+    .where(schema.runs.c.id == bindparam("b_key"))
+    .values(state=bindparam("b_state"))
+)
 _TOUCH_RUN = (
     update(schema.runs)
     .where(schema.runs.c.id == bindparam("b_key"))
@@ -299,6 +304,11 @@ class SqlStore:
         usage = rows.usage(checkpoint.usage)
         event_rows = rows.events(run_id, checkpoint.events)
         touch = {"b_key": rows.key(run_id), "b_usage": usage, "b_now": now}
+        strategy_state = (
+            encode_json(dict(checkpoint.strategy_state), what="the run's strategy state")
+            if checkpoint.strategy_state is not None
+            else None
+        )
         with self.write() as conn:
             if checkpoint.attempt_id is None:
                 conn.execute(_INSERT_ATTEMPT, attempt_row)
@@ -308,6 +318,8 @@ class SqlStore:
             if step_row is not None:
                 conn.execute(_INSERT_STEP, step_row)
             conn.execute(_TOUCH_RUN, touch)
+            if strategy_state is not None:
+                conn.execute(_SET_STATE, {"b_key": touch["b_key"], "b_state": strategy_state})
             if event_rows:
                 conn.execute(_INSERT_EVENTS, event_rows)
 
@@ -330,14 +342,16 @@ class SqlStore:
         state: Mapping[str, Any],
         *,
         approvals: Mapping[str, Any],
+        usage: Usage,
         events: Sequence[EventRecord],
     ) -> None:
-        """Store the run's current plan (replacing the stored one), strategy state, approvals."""
+        """Store the run's current plan (replacing it), strategy state, approvals and usage."""
         now = self.now()
         plan_row = rows.plan(run_id, plan, now=now)
         values = {
             "state": encode_json(dict(state), what="the run's strategy state"),
             "approvals": encode_json(dict(approvals), what="the run's approvals"),
+            "usage": rows.usage(usage),
             "updated_at": now,
         }
         key = rows.key(run_id)

@@ -25,7 +25,7 @@ from taskdecomp.stops import StopRun
 from taskdecomp.store.base import Store, StoredRun
 from taskdecomp.strategies.base import ToolsArg
 from taskdecomp.strategies.plan_execute import continue_run
-from taskdecomp.strategies.replan import ReplanState
+from taskdecomp.strategies.replan import ReplanState, check_step_budget
 
 
 async def approve(
@@ -65,6 +65,7 @@ async def approve(
         stored = _with_plan(stored, edited)
 
     def record(ctx: RunContext) -> None:
+        """Grant the approval and store it (with an edited plan) before anything runs."""
         ctx.approvals.grant(pending.digest)
         if edited is not None:
             ctx.approvals.grant(ApprovalRequest.for_plan(edited).digest)
@@ -73,6 +74,9 @@ async def approve(
                 run_id=ctx.run_id, digest=pending.digest, approved=True, edited=edited is not None
             )
         )
+        if ctx.journal is not None and stored.plan is not None:
+            approvals = ctx.approvals.to_dict()
+            ctx.journal.state_saved(stored.plan, stored.state, approvals=approvals)
 
     return await continue_run(
         stored,
@@ -140,7 +144,7 @@ def _edited_plan(stored: StoredRun, pending: ApprovalRequest, plan: Any) -> Plan
         )
     action = {"kind": "plan", "steps": plan} if isinstance(plan, list) else plan
     try:
-        return validate_plan_action(
+        edited = validate_plan_action(
             action,
             max_plan_steps=config.budget.max_plan_steps,
             allowed_tools=config.allow,
@@ -148,6 +152,8 @@ def _edited_plan(stored: StoredRun, pending: ApprovalRequest, plan: Any) -> Plan
             allow_instructions=True,
             finished=stored.finished_steps(),
         )
+        check_step_budget(len(stored.finished_steps()), edited, config.budget)
+        return edited
     except StopRun as stop:
         detail = f": {stop.message}" if stop.message else ""
         raise ConfigError(

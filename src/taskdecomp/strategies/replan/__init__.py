@@ -12,7 +12,8 @@ from taskdecomp.strategies.replan.loop import (
     PROMPT_NAMES,
     ReplanOptions,
     ReplanState,
+    check_step_budget,
     replan_phases,
 )
 
-__all__ = ["PROMPT_NAMES", "ReplanOptions", "ReplanState", "replan_phases"]
+__all__ = ["PROMPT_NAMES", "ReplanOptions", "ReplanState", "check_step_budget", "replan_phases"]

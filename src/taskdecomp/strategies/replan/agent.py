@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from taskdecomp.events import AgentTurn
 from taskdecomp.models import ModelRequest
@@ -30,21 +30,46 @@ Progress = Callable[[], Mapping[str, Any]]
 """The run's progress as the agent sees it: ``objective``, ``plan``, ``executed_steps``."""
 
 
+class TurnLog(Protocol):
+    """Where the agent keeps the turns of unfinished steps, so a resumed run goes on."""
+
+    def turns(self, step_id: str) -> list[dict[str, Any]]:
+        """The turns made so far in ``step_id`` (a live list the agent appends to)."""
+        ...
+
+    def finished(self, step_id: str) -> None:
+        """``step_id`` is done: forget its turns."""
+        ...
+
+    def snapshot(self) -> Mapping[str, Any]:
+        """The strategy state to store with a turn's checkpoint."""
+        ...
+
+
 class ExecutorAgent:
     """Carries out instruction steps for one run.
 
     Args:
         ctx: the run.
         progress: the run's progress, read at every turn.
+        log: keeps each step's turns; a turn is stored with its call's checkpoint, so a
+            resumed or approved run goes on after the last recorded turn.
         max_turns: most model turns per step.
         prompts: a directory whose ``executor.md`` replaces the packaged prompt.
     """
 
     def __init__(
-        self, ctx: RunContext, *, progress: Progress, max_turns: int, prompts: Path | None
+        self,
+        ctx: RunContext,
+        *,
+        progress: Progress,
+        log: TurnLog,
+        max_turns: int,
+        prompts: Path | None,
     ) -> None:
         self._ctx = ctx
         self._progress = progress
+        self._log = log
         self._max_turns = max_turns
         self._prompts = prompts
         self._catalog = ctx.gateway.toolset.catalog(ctx.gateway.allow)
@@ -58,15 +83,16 @@ class ExecutorAgent:
                 a tool stop.
         """
         ctx = self._ctx
-        turns: list[dict[str, Any]] = []
-        for turn in range(1, self._max_turns + 1):
+        turns = self._log.turns(step.id)
+        for turn in range(len(turns) + 1, self._max_turns + 1):
             response = await ctx.ask(self._request(step, turns, turn))
             action = validate_action(response.text, allowed_tools=ctx.gateway.allow)
             if isinstance(action, Finish):
                 ctx.events.emit(_turn(ctx, step_no, step, turn, "finish", None))
+                self._log.finished(step.id)
                 return action.result
             ctx.events.emit(_turn(ctx, step_no, step, turn, "call", action.tool))
-            result = await call_tool(
+            await call_tool(
                 step_no,
                 step,
                 ctx,
@@ -74,15 +100,22 @@ class ExecutorAgent:
                 args=action.args,
                 call_id=f"{step.id}#{turn}",
                 finishes=False,
-            )
-            turns.append(
-                {"call": {"tool": action.tool, "args": dict(action.args)}, "result": result}
+                on_success=self._recorder(turns, action.tool, action.args),
             )
         raise StopRun(
             with_detail("max_agent_turns", step.id),
             message=f"the executor agent did not finish step {step.id!r} in "
             f"{self._max_turns} turns",
         )
+
+    def _recorder(
+        self, turns: list[dict[str, Any]], tool: str, args: Mapping[str, Any]
+    ) -> Callable[[Any], Mapping[str, Any]]:
+        def record(result: Any) -> Mapping[str, Any]:
+            turns.append({"call": {"tool": tool, "args": dict(args)}, "result": result})
+            return self._log.snapshot()
+
+        return record
 
     def _request(self, step: Step, turns: list[dict[str, Any]], turn: int) -> ModelRequest:
         payload = {

@@ -100,6 +100,20 @@ class ReplanState:
     """Execute/replan rounds started."""
     gate: bool = False
     """The current plan waits for a human before it runs."""
+    agent_turns: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """The executor agent's turns in unfinished instruction steps, by step id."""
+
+    def turns(self, step_id: str) -> list[dict[str, Any]]:
+        """The agent's turns so far in ``step_id``."""
+        return self.agent_turns.setdefault(step_id, [])
+
+    def finished(self, step_id: str) -> None:
+        """The agent finished ``step_id``."""
+        self.agent_turns.pop(step_id, None)
+
+    def snapshot(self) -> Mapping[str, Any]:
+        """What a checkpoint stores as the strategy state."""
+        return {"replan": self.to_dict()}
 
     def accept(self, plan: Plan) -> None:
         """Make ``plan`` the current plan, numbering its new steps after the others."""
@@ -123,6 +137,7 @@ class ReplanState:
             "steps": [step.to_dict() for step in self.steps.values()],
             "iteration": self.iteration,
             "gate": self.gate,
+            "agent_turns": self.agent_turns,
         }
 
     @classmethod
@@ -140,10 +155,21 @@ class ReplanState:
             steps={step.id: step for step in steps},
             iteration=int(data.get("iteration", 0)),
             gate=bool(data.get("gate", False)),
+            agent_turns=_turns(data.get("agent_turns")),
         )
 
 
 _STEP = TypeAdapter(Step)
+_TURNS = TypeAdapter(dict[str, list[dict[str, Any]]])
+
+
+def _turns(raw: Any) -> dict[str, list[dict[str, Any]]]:
+    try:
+        return _TURNS.validate_python(raw or {})
+    except ValidationError as exc:
+        raise CorruptRecordError(
+            "the stored replan state's agent turns do not decode; refusing to use them"
+        ) from exc
 
 
 def _step(raw: Any) -> Step:
@@ -155,6 +181,41 @@ def _step(raw: Any) -> Step:
             f"the stored replan state has a step that does not decode ({problem}); "
             "refusing to use it"
         ) from exc
+
+
+def check_step_budget(done: int, plan: Plan, budget: Budget) -> None:
+    """Refuse a plan that would take the run past ``max_execute_steps``.
+
+    Raises:
+        StopRun: ``max_execute_steps``; nothing of the plan runs.
+    """
+    limit = budget.max_execute_steps
+    if done + len(plan.steps) > limit:
+        raise StopRun(
+            stops.MAX_EXECUTE_STEPS,
+            message=f"{done} steps ran and the plan adds {len(plan.steps)}; the budget allows "
+            f"{limit}",
+        )
+
+
+def signature(plan: Plan) -> list[tuple[Any, ...]]:
+    """What a plan does, step by step, without the names it gives things.
+
+    Ids and titles are left out and dependencies are made positional, so a replanner that
+    keeps the remaining steps under new ids (a grammar that numbers ids makes it do so) does
+    not count as changing the plan.
+    """
+    position = {step.id: n for n, step in enumerate(plan.steps)}
+    return [
+        (
+            step.tool,
+            json.dumps(dict(step.args), sort_keys=True),
+            step.instruction,
+            step.depends_on is None,
+            tuple(sorted(str(position.get(dep, dep)) for dep in step.depends_on or ())),
+        )
+        for step in plan.steps
+    ]
 
 
 def replan_phases(budget: Budget, options: ReplanOptions, stored: StoredRun | None) -> Phases:
@@ -182,6 +243,7 @@ class _Loop:
         ctx.agent = ExecutorAgent(
             ctx,
             progress=self._progress,
+            log=state,
             max_turns=options.max_agent_turns,
             prompts=options.prompts,
         )
@@ -207,7 +269,7 @@ class _Loop:
                 self._save()
                 return
             assert state.remaining is not None
-            changed = decision.to_list() != self._pending_plan().to_list()
+            changed = signature(decision) != signature(self._pending_plan())
             self._accept(decision, iteration=state.iteration, changed=changed)
 
     def _done(self) -> set[TaskId]:
@@ -223,14 +285,7 @@ class _Loop:
 
     def _accept(self, plan: Plan, *, iteration: int, changed: bool) -> None:
         """Make ``plan`` current: check the step budget, number it, store it, maybe gate it."""
-        done = self._done()
-        limit = self.budget.max_execute_steps
-        if len(done) + len(plan.steps) > limit:
-            raise StopRun(
-                stops.MAX_EXECUTE_STEPS,
-                message=f"{len(done)} steps ran and the plan adds {len(plan.steps)}; the "
-                f"budget allows {limit}",
-            )
+        check_step_budget(len(self._done()), plan, self.budget)
         self.state.accept(plan)
         self.state.gate = self.options.approve_plan and changed
         ctx = self.ctx
@@ -254,7 +309,7 @@ class _Loop:
         if self.ctx.journal is not None:
             self.ctx.journal.state_saved(
                 self.outcome.plan,
-                {"replan": self.state.to_dict()},
+                self.state.snapshot(),
                 approvals=self.ctx.approvals.to_dict(),
             )
 
