@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import click
@@ -18,6 +17,7 @@ from taskdecomp import durable
 from taskdecomp.cli import _app
 from taskdecomp.cli._app import (
     DB_OPTION,
+    EXIT_INTERRUPTED,
     EXIT_STOPPED,
     app,
     build_models,
@@ -27,12 +27,22 @@ from taskdecomp.cli._app import (
     short,
     when,
 )
-from taskdecomp.events import Event, ModelCalled, PlanCreated, StepFinished, StepStarted
+from taskdecomp.events import (
+    Event,
+    ModelCalled,
+    PlanCreated,
+    RunStopped,
+    StepFinished,
+    StepStarted,
+    Subscriber,
+)
 from taskdecomp.models import Model
 from taskdecomp.run import RunId, RunResult
+from taskdecomp.runtime import run_blocking
 from taskdecomp.settings import choose_model, load_openai_settings, load_settings
 from taskdecomp.store import RunSummary, StoredRun
-from taskdecomp.strategies.plan_execute import resume, run_sync
+from taskdecomp.strategies.plan_execute import resume, run
+from taskdecomp.tools import load_toolset
 
 
 @app.command("run")
@@ -78,7 +88,8 @@ def run_command(
     """Plan GOAL with the model, validate the plan, execute it with the tools, combine.
 
     Every budget flag also reads TASKDECOMP_<FLAG> (e.g. TASKDECOMP_MAX_TOOL_CALLS) from the
-    environment or .env. Exit code: 0 on success, 1 when the run stopped, 2 on usage errors.
+    environment or .env. Exit code: 0 on success, 1 when the run stopped, 2 on usage errors,
+    130 on Ctrl-C (the run is stored as cancelled and can be resumed).
     """
     settings = load_settings()
     budget = settings.budget(**budget_flags)
@@ -90,18 +101,43 @@ def run_command(
         openai_settings=openai_settings,
     )
     allowed = names(allow)
-    err = Console(stderr=True, highlight=False)
+    toolset = load_toolset(tools)  # before the run: Ctrl-C in a slow import just exits
     with open_run_store(settings, db) as store:
-        result = run_sync(
-            goal,
-            tools=tools,
-            model=planner,
-            combiner_model=combiner,
-            allow=allowed,
-            budget=budget,
-            on_event=None if as_json else _progress(err),
-            store=store,
+        return _until_done(
+            lambda on_event: run(
+                goal,
+                tools=toolset,
+                model=planner,
+                combiner_model=combiner,
+                allow=allowed,
+                budget=budget,
+                on_event=on_event,
+                store=store,
+            ),
+            as_json=as_json,
         )
+
+
+def _until_done(
+    start: Callable[[Subscriber], Coroutine[Any, Any, RunResult]], *, as_json: bool
+) -> int:
+    """Run ``start(on_event)`` and report it; on Ctrl-C, report the cancelled run (130)."""
+    ended: list[RunResult] = []
+    progress = None if as_json else _progress(Console(stderr=True, highlight=False))
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, RunStopped):
+            ended.append(event.result)
+        if progress is not None:
+            progress(event)
+
+    try:
+        result = run_blocking(start(on_event))
+    except KeyboardInterrupt:
+        if not ended:
+            raise
+        _report(ended[-1], as_json=as_json)
+        return EXIT_INTERRUPTED
     return _report(result, as_json=as_json)
 
 
@@ -242,7 +278,8 @@ def resume_command(
 
     Finished steps are not run again. An unsafe step that started and left no result is not
     called again: the run stops with interrupted_unknown_outcome:<step>. Exit code: 0 on
-    success, 1 when the run stopped, 2 on usage errors (an unknown run id, no store).
+    success, 1 when the run stopped, 2 on usage errors (an unknown run id, no store), 130 on
+    Ctrl-C.
     """
     with open_run_store(load_settings(), db) as store:
         stored = store.load_run(RunId(run_id))
@@ -261,19 +298,20 @@ def resume_command(
         if max_seconds is not None:
             budget = dataclasses.replace(budget, max_seconds=max_seconds)
         planner, combiner = _resume_models(stored, model, combiner_model, base_url)
-        result = asyncio.run(
-            resume(
+        toolset = load_toolset(tools or durable.require(stored.tools, "tools", stored.run_id))
+        return _until_done(
+            lambda on_event: resume(
                 run_id,
                 store=store,
-                tools=tools,
+                tools=toolset,
                 model=planner,
                 combiner_model=combiner,
                 allow=names(allow),
                 budget=budget,
-                on_event=None if as_json else _progress(Console(stderr=True, highlight=False)),
-            )
+                on_event=on_event,
+            ),
+            as_json=as_json,
         )
-    return _report(result, as_json=as_json)
 
 
 def _resume_models(
