@@ -166,7 +166,8 @@ def _reset_after_fork() -> None:
     _workers = _Workers()  # the parent's threads do not exist in a forked child
 
 
-os.register_at_fork(after_in_child=_reset_after_fork)
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Job:
