@@ -57,7 +57,7 @@ from taskdecomp.store.base import (
     StoredRun,
 )
 from taskdecomp.store.codec import encode_json
-from taskdecomp.tools import SideEffects
+from taskdecomp.tools import SideEffects, Toolset
 
 logger = logging.getLogger(__name__)
 
@@ -276,6 +276,8 @@ def model_name(model: object) -> str | None:
 
 def tools_name(tools: object) -> str | None:
     """A toolset's source: a module name, or a file's absolute path; ``None`` for objects."""
+    if isinstance(tools, Toolset):
+        return tools.source
     if not isinstance(tools, str | Path):
         return None
     path = Path(tools)

@@ -2,25 +2,28 @@
 
 Checks, in the seed's order: the tool-call budget, the allowlist (deny by default), the
 registry, loop detection on tool + argument hash; then it validates the arguments against
-the tool's schema, calls the tool with its timeout (sync tools in a worker thread) and
-makes the observation JSON-safe. Every refusal or failure raises
-:class:`~taskdecomp.stops.StopRun` with the seed's reason code.
+the tool's schema, calls the tool with its timeout and makes the observation JSON-safe.
+Every refusal or failure raises :class:`~taskdecomp.stops.StopRun` with the seed's reason
+code; whatever a tool raises (``BaseException`` included) is ``tool_error:<name>``.
+
+A call never outlives its timeout or the run's cancellation (the deadline): the gateway stops
+waiting and abandons it (see :mod:`taskdecomp.isolation`: sync tools run on daemon threads,
+async tools in tasks of their own, ``isolation="process"`` tools in worker processes that are
+killed).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
-from taskdecomp import jsonsafe, stops
+from taskdecomp import isolation, jsonsafe, stops
 from taskdecomp.budget import Meter
 from taskdecomp.stops import StopRun, with_detail
 from taskdecomp.tools import IDEMPOTENCY_PARAM, Toolset, ToolSpec
@@ -41,7 +44,8 @@ class ToolGateway:
         allow: tool names that may be called; everything else is denied.
         toolset: the registry of tools.
         meter: the run's budget meter (counts tool calls).
-        max_workers: threads for sync tools (the scheduler's ``max_parallel``).
+        max_workers: accepted for compatibility; sync tools run on a shared pool of daemon
+            threads, and the scheduler's ``max_parallel`` bounds how many run at once.
     """
 
     def __init__(
@@ -53,7 +57,7 @@ class ToolGateway:
         self._seen_calls: set[str] = set()
         self._denied: set[str] = set()
         self._max_workers = max_workers
-        self._executor: ThreadPoolExecutor | None = None
+        self._jobs: set[isolation.Job] = set()
 
     def deny(self, name: str) -> None:
         """Revoke a tool for the rest of the run (kill switch): later calls get ``tool_denied``."""
@@ -123,41 +127,32 @@ class ToolGateway:
         return spec
 
     async def _invoke(self, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
-        deadline = asyncio.timeout(spec.timeout)
+        job = isolation.start(spec, kwargs)
+        self._jobs.add(job)
         try:
-            async with deadline:
-                if spec.is_async:
-                    return await spec.fn(**kwargs)
-                loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(
-                    self._pool(), functools.partial(spec.fn, **kwargs)
-                )
-        except TimeoutError as exc:
-            if not deadline.expired():  # the tool's own TimeoutError is an error like any
-                raise StopRun(
-                    with_detail("tool_error", spec.name), message=f"TimeoutError: {exc}"
-                ) from exc
+            outcome = await job.outcome(spec.timeout)
+        except TimeoutError as exc:  # the tool's own exceptions come back in the outcome
+            job.abandon()
             raise StopRun(
                 with_detail("tool_timeout", spec.name),
                 message=f"tool {spec.name!r} ran longer than {spec.timeout}s",
             ) from exc
-        except Exception as exc:
+        except asyncio.CancelledError:  # the run's deadline, or its caller: never wait on
+            job.abandon()
+            raise
+        finally:
+            self._jobs.discard(job)
+        if outcome.error is not None:
             raise StopRun(
-                with_detail("tool_error", spec.name), message=f"{type(exc).__name__}: {exc}"
-            ) from exc
-
-    def _pool(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                max_workers=self._max_workers, thread_name_prefix="taskdecomp-tool"
-            )
-        return self._executor
+                with_detail("tool_error", spec.name), message=isolation.describe(outcome.error)
+            ) from outcome.error
+        return outcome.value
 
     def close(self) -> None:
-        """Release worker threads; a tool still running after a timeout is left to finish."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        """Abandon calls still in flight (a tool that ignores this is left to finish)."""
+        for job in list(self._jobs):
+            job.abandon()
+        self._jobs.clear()
 
 
 def _validation_message(exc: ValidationError) -> str:

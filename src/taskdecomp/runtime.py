@@ -3,15 +3,20 @@
 :class:`RunContext` bundles a run's parts (model, gateway, meter, events, clock, and the
 journal of a stored run) and collects its trace and history. :meth:`RunContext.ask` is the
 one way a strategy calls a model: it enforces the model budgets and turns model failures
-into stop reasons.
+into stop reasons. :func:`run_blocking` is the sync facades' event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import signal
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from types import FrameType, TracebackType
+from typing import Any, TypeVar
 
 from taskdecomp import stops
 from taskdecomp.approvals import Approvals
@@ -30,6 +35,13 @@ from taskdecomp.models.base import (
 from taskdecomp.plan import Step
 from taskdecomp.run import HistoryEntry, RunId, TraceEntry
 from taskdecomp.stops import StopRun, with_detail
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CLEANUP_GRACE = 0.2
+"""Seconds :func:`run_blocking` lets leftover tasks take to end once cancelled."""
 
 Clock = Callable[[], float]
 """Monotonic seconds; ``time.monotonic`` unless a test supplies another."""
@@ -128,3 +140,82 @@ class RunContext:
                 seconds=self.clock() - started,
             )
         )
+
+
+def run_blocking(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on a new event loop and return its result, for the sync facades.
+
+    Unlike :func:`asyncio.run`, it never waits for a task that ignores cancellation (an
+    abandoned tool): tasks left over when ``main`` ends are cancelled and given
+    :data:`CLEANUP_GRACE` seconds, then left behind. In the main thread, Ctrl-C (SIGINT)
+    cancels ``main`` (a run then records itself as ``cancelled``) and raises
+    :class:`KeyboardInterrupt` once it has ended; a second Ctrl-C raises it at once.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    task = loop.create_task(main)
+    interrupts = _CancelOnSigint(loop, task)
+    try:
+        with interrupts:
+            return loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        if interrupts.count:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        _close(loop)
+        asyncio.set_event_loop(None)
+
+
+class _CancelOnSigint:
+    """Ctrl-C cancels ``task`` once, then raises :class:`KeyboardInterrupt`.
+
+    Installed only in the main thread, over Python's own SIGINT handler.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        self._loop = loop
+        self._task = task
+        self._installed = False
+        self.count = 0
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is threading.main_thread() and (
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+        if self.count == 1 and not self._task.done():
+            self._task.cancel()
+            self._loop.call_soon_threadsafe(lambda: None)  # wake the loop up
+            return
+        raise KeyboardInterrupt
+
+
+def _close(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is left, give it a moment, and close ``loop`` without waiting longer."""
+    try:
+        left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            loop.run_until_complete(asyncio.wait(left, timeout=CLEANUP_GRACE))
+        for task in left:
+            if not task.done():
+                task._log_destroy_pending = False  # type: ignore[attr-defined]  # left behind
+            elif not task.cancelled() and task.exception() is not None:
+                logger.warning("a task failed while the run ended", exc_info=task.exception())
+        closing = loop.create_task(loop.shutdown_asyncgens())
+        loop.run_until_complete(asyncio.wait([closing], timeout=CLEANUP_GRACE))
+        closing._log_destroy_pending = False  # type: ignore[attr-defined]  # same
+    finally:
+        loop.close()

@@ -2,9 +2,10 @@
 
 A tool is a plain Python function (sync or async). Its argument schema comes from its type
 hints, through pydantic, so the planner sees the same schema the gateway enforces.
-:func:`tool` adds a description, a timeout and a side-effect class. :func:`load_toolset`
-reads a Python file or module: the functions in its ``TOOLS`` if it has one, else every
-public top-level function with type hints.
+:func:`tool` adds a description, a timeout, a side-effect class and an isolation.
+:func:`load_toolset` reads a Python file or module: the functions in its ``TOOLS`` if it has
+one, else every public top-level function with type hints; a module-level ``ISOLATION``
+sets the isolation of every tool that does not choose its own.
 """
 
 from __future__ import annotations
@@ -26,8 +27,17 @@ from taskdecomp.errors import ToolsetError
 SideEffects = Literal["read_only", "idempotent", "unsafe"]
 """How a tool may be repeated: freely, with the same idempotency key, or at most once."""
 
+Isolation = Literal["none", "process"]
+"""Where a call runs: ``"none"`` (sync tools in a worker thread, async tools on the event
+loop) or ``"process"`` (a worker process of its own, killed at the timeout or deadline)."""
+
+ISOLATIONS: tuple[Isolation, ...] = ("none", "process")
+
 IDEMPOTENCY_PARAM = "idempotency_key"
 """A parameter with this name receives the run's key for the step; the planner never sees it."""
+
+TOOLSET_MODULE_PREFIX = "taskdecomp_toolset_"
+"""Module names given to toolsets loaded from a file (they are not importable by name)."""
 
 _META_ATTR = "__taskdecomp_tool__"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -41,6 +51,8 @@ class ToolOptions:
     timeout: float | None = None
     side_effects: SideEffects = "read_only"
     needs_approval: bool = False
+    isolation: Isolation | None = None
+    """``None``: the toolset's ``ISOLATION``, else ``"none"``."""
 
 
 @overload
@@ -52,6 +64,7 @@ def tool(
     timeout: float | None = None,
     side_effects: SideEffects = "read_only",
     needs_approval: bool = False,
+    isolation: Isolation | None = None,
 ) -> Callable[[F], F]: ...
 def tool(
     fn: F | None = None,
@@ -61,6 +74,7 @@ def tool(
     timeout: float | None = None,
     side_effects: SideEffects = "read_only",
     needs_approval: bool = False,
+    isolation: Isolation | None = None,
 ) -> F | Callable[[F], F]:
     """Mark a function as a tool, optionally with options.
 
@@ -71,6 +85,11 @@ def tool(
         side_effects: ``"read_only"`` (default), ``"idempotent"`` or ``"unsafe"``.
         needs_approval: pause the run for a human before every call of this tool
             (``awaiting_approval``), in every strategy.
+        isolation: ``"process"`` runs every call in a worker process of its own, which is
+            killed (SIGKILL) at the timeout or the run's deadline; a crash of that process
+            is a ``tool_error``. The function must be defined at the top level of a module
+            or toolset file, so the worker can import it. Default: the toolset's
+            ``ISOLATION``, else ``"none"``.
 
     The function itself is returned unchanged, so it stays callable as before.
     """
@@ -80,11 +99,14 @@ def tool(
         )
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+    if isolation is not None and isolation not in ISOLATIONS:
+        raise ValueError(f"isolation must be 'none' or 'process', got {isolation!r}")
     options = ToolOptions(
         description=description,
         timeout=timeout,
         side_effects=side_effects,
         needs_approval=needs_approval,
+        isolation=isolation,
     )
 
     def mark(func: F) -> F:
@@ -109,13 +131,31 @@ class ToolSpec:
     takes_idempotency_key: bool
     needs_approval: bool = False
     """Whether a human must approve each call before it is made."""
+    isolation: Isolation = "none"
+    """Where each call runs (see :data:`Isolation`)."""
 
     @classmethod
-    def from_function(cls, fn: Callable[..., Any], *, name: str | None = None) -> ToolSpec:
-        """Build a spec from a function and its :func:`tool` options, if any."""
+    def from_function(
+        cls,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        isolation: Isolation | None = None,
+    ) -> ToolSpec:
+        """Build a spec from a function and its :func:`tool` options, if any.
+
+        ``isolation`` is the toolset's default; the function's own option wins.
+
+        Raises:
+            ToolsetError: the type hints do not resolve, or a ``"process"`` tool cannot be
+                imported by a worker process.
+        """
         options: ToolOptions = getattr(fn, _META_ATTR, ToolOptions())
         tool_name = name or fn.__name__
         doc = inspect.getdoc(fn) or ""
+        chosen = options.isolation or isolation or "none"
+        if chosen == "process":
+            _check_importable(fn, tool_name)
         return cls(
             name=tool_name,
             fn=fn,
@@ -126,6 +166,7 @@ class ToolSpec:
             is_async=inspect.iscoroutinefunction(fn),
             takes_idempotency_key=IDEMPOTENCY_PARAM in inspect.signature(fn).parameters,
             needs_approval=options.needs_approval,
+            isolation=chosen,
         )
 
     def args_schema(self) -> dict[str, Any]:
@@ -137,6 +178,17 @@ class ToolSpec:
     def catalog_entry(self) -> dict[str, Any]:
         """Name, description and argument schema for the planner's tool catalog."""
         return {"name": self.name, "description": self.description, "args": self.args_schema()}
+
+
+def _check_importable(fn: Callable[..., Any], name: str) -> None:
+    qualname = getattr(fn, "__qualname__", "")
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    if module is None or "<" in qualname:
+        raise ToolsetError(
+            f"tool {name!r} has isolation='process', so a worker process must import it, but "
+            f"it is not a top-level function of a module ({qualname!r}); define it at the top "
+            "level of a module or toolset file"
+        )
 
 
 def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
@@ -166,9 +218,16 @@ def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
 
 
 class Toolset(Mapping[str, ToolSpec]):
-    """Tools by name."""
+    """Tools by name.
 
-    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+    Args:
+        specs: the tools.
+        source: where they were loaded from (a module name or a file's absolute path), so a
+            stored run can load them again; ``None`` for tools given as objects.
+    """
+
+    def __init__(self, specs: Iterable[ToolSpec] = (), *, source: str | None = None) -> None:
+        self.source = source
         self._specs: dict[str, ToolSpec] = {}
         for spec in specs:
             if spec.name in self._specs:
@@ -176,9 +235,24 @@ class Toolset(Mapping[str, ToolSpec]):
             self._specs[spec.name] = spec
 
     @classmethod
-    def from_functions(cls, functions: Iterable[Callable[..., Any] | ToolSpec]) -> Toolset:
-        """A toolset of these functions (or specs), named after the functions."""
-        return cls(f if isinstance(f, ToolSpec) else ToolSpec.from_function(f) for f in functions)
+    def from_functions(
+        cls,
+        functions: Iterable[Callable[..., Any] | ToolSpec],
+        *,
+        isolation: Isolation | None = None,
+        source: str | None = None,
+    ) -> Toolset:
+        """A toolset of these functions (or specs), named after the functions.
+
+        ``isolation`` applies to the functions whose :func:`tool` options do not set one.
+        """
+        return cls(
+            (
+                f if isinstance(f, ToolSpec) else ToolSpec.from_function(f, isolation=isolation)
+                for f in functions
+            ),
+            source=source,
+        )
 
     def __getitem__(self, name: str) -> ToolSpec:
         return self._specs[name]
@@ -222,14 +296,19 @@ def load_toolset(source: str | Path) -> Toolset:
         raise ToolsetError(
             f"{source}: no tools found; define typed public functions or a TOOLS list"
         )
-    return Toolset.from_functions(functions)
+    isolation = getattr(module, "ISOLATION", None)
+    if isolation is not None and isolation not in ISOLATIONS:
+        raise ToolsetError(f"{source}: ISOLATION must be 'none' or 'process', got {isolation!r}")
+    path = Path(source)
+    name = str(path.resolve()) if path.is_file() else str(source)
+    return Toolset.from_functions(functions, isolation=isolation, source=name)
 
 
 def _import_source(source: str | Path) -> ModuleType:
     text = str(source)
     looks_like_path = text.endswith(".py") or "/" in text or "\\" in text
     if looks_like_path:
-        return _import_file(Path(text))
+        return import_file(Path(text))
     try:
         return importlib.import_module(text)
     except ModuleNotFoundError as exc:
@@ -242,11 +321,16 @@ def _import_source(source: str | Path) -> ModuleType:
         raise ToolsetError(f"toolset {text!r} failed to import: {exc}") from exc
 
 
-def _import_file(path: Path) -> ModuleType:
+def import_file(path: Path) -> ModuleType:
+    """Import a toolset file under a private module name.
+
+    Raises:
+        ToolsetError: the file does not exist or fails to import.
+    """
     if not path.is_file():
         raise ToolsetError(f"toolset file {str(path)!r} does not exist")
     resolved = path.resolve()
-    module_name = f"taskdecomp_toolset_{abs(hash(str(resolved))):x}"
+    module_name = f"{TOOLSET_MODULE_PREFIX}{abs(hash(str(resolved))):x}"
     spec = importlib.util.spec_from_file_location(module_name, resolved)
     if spec is None or spec.loader is None:
         raise ToolsetError(f"toolset file {str(path)!r} cannot be imported")

@@ -11,31 +11,43 @@ from sqlalchemy import func, select, update
 
 from taskdecomp import Budget, ConfigError, ModelRequest, ModelResponse, ScriptedModel, tool
 from taskdecomp.errors import CorruptRecordError, StoreError
+from taskdecomp.events import Event, StepFinished
 from taskdecomp.run import RunId, RunResult
 from taskdecomp.store import Checkpoint, SqlStore, codec, schema
 from taskdecomp.strategies.plan_execute import resume, run
 
 
 class Crash(BaseException):
-    """Stands for the process dying: nothing in the engine catches it."""
+    """Stands for the process dying: nothing in the engine catches it (outside a tool)."""
 
 
 @dataclass
 class Tools:
-    """Async tools that record every call; ``crash``/``slow`` make chosen calls misbehave."""
+    """Async tools that record every call; ``crash``/``slow`` make chosen calls misbehave.
+
+    A crashing call takes effect, then the process "dies" as its step ends, before anything
+    about it is stored: :meth:`watch`, the run's event subscriber, raises :class:`Crash` (a
+    tool's own exceptions are tool errors, so the tool cannot raise it).
+    """
 
     calls: list[tuple[str, int, str | None]] = field(default_factory=list)
     crash: set[tuple[str, int]] = field(default_factory=set)
     slow: dict[tuple[str, int], float] = field(default_factory=dict)
     big: int = 0
+    dying: bool = False
 
     async def _call(self, name: str, n: int, key: str | None = None) -> Any:
         self.calls.append((name, n, key))
         await asyncio.sleep(self.slow.get((name, n), 0))
         if (name, n) in self.crash:
             self.crash.discard((name, n))
-            raise Crash
+            self.dying = True
         return "x" * self.big if self.big else {"tool": name, "n": n}
+
+    def watch(self, event: Event) -> None:
+        if self.dying and isinstance(event, StepFinished):
+            self.dying = False
+            raise Crash
 
     def functions(self) -> list[Any]:
         @tool(side_effects="read_only")
@@ -87,6 +99,7 @@ def start(
             model=model(*(steps or THREE)),
             store=store,
             run_id=RunId(run_id),
+            on_event=tools.watch,
             **options,
         )
     )

@@ -88,6 +88,9 @@ def _recording_tools(calls: list[str]) -> list[Any]:
     ]
 
 
+CANCELLED = "cancelled before it finished"
+
+
 def _is_valid(raw: Any) -> bool:
     try:
         validate_plan_action(raw, max_plan_steps=6, allowed_tools=SEED_TOOLS)
@@ -122,7 +125,13 @@ def test_engine_never_raises_and_never_acts_on_an_invalid_plan(raw: Any, as_text
             else result.stop_reason.startswith("invalid_plan:")
         )
     else:
-        # these tools never fail, so every call is an ok trace entry and nothing else is
+        # these tools never fail: every ok trace entry is a call. A DAG sibling that was
+        # already running when the first failure cancelled it also ran (a thread cannot be
+        # stopped); it is traced as cancelled, never as ok.
         assert result.plan is not None
-        assert len(calls) == sum(1 for entry in result.trace if entry.ok)
-        assert len(result.history) == len(calls)
+        ok = sum(1 for entry in result.trace if entry.ok)
+        cancelled = sum(1 for entry in result.trace if entry.error == CANCELLED)
+        assert ok <= len(calls) <= ok + cancelled
+        assert len(result.history) == ok
+        if not result.plan.is_dag:
+            assert len(calls) == ok

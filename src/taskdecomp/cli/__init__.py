@@ -1,7 +1,7 @@
 """The ``taskdecomp`` command line.
 
 Exit codes: 0 when the work succeeded, 1 when it stopped for any other reason, 2 for a usage
-or configuration error (one line on stderr, no traceback).
+or configuration error (one line on stderr, no traceback), 130 when interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import click
 
 from taskdecomp.cli import approvals, runs, trees
-from taskdecomp.cli._app import EXIT_USAGE, app
+from taskdecomp.cli._app import EXIT_INTERRUPTED, EXIT_USAGE, app
 from taskdecomp.errors import ConfigError
 
 __all__ = ["app", "approvals", "main", "runs", "trees"]
@@ -25,8 +25,12 @@ def main(argv: list[str] | None = None) -> None:
         _fail(exc.format_message())
     except click.ClickException as exc:
         _fail(exc.format_message())
-    except click.Abort:
+    except click.Abort as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            sys.exit(EXIT_INTERRUPTED)  # Ctrl-C before or outside a run: nothing to report
         _fail("aborted")
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
     except ConfigError as exc:
         _fail(str(exc))
     sys.exit(code if isinstance(code, int) else 0)

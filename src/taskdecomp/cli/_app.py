@@ -1,7 +1,8 @@
 """What every command shares: the click group, common options, the store, model wiring.
 
 Exit codes: 0 when the work succeeded, 1 when it stopped for any other reason, 2 for a usage
-or configuration error (one line on stderr, no traceback), 3 when a run waits for approval.
+or configuration error (one line on stderr, no traceback), 3 when a run waits for approval,
+130 when interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from taskdecomp.store import SqlStore, open_store
 EXIT_STOPPED = 1
 EXIT_USAGE = 2
 EXIT_PAUSED = 3
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (SIGINT), as shells report a process it ended."""
 
 DB_OPTION = click.option(
     "--db",

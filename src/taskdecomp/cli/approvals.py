@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
 from taskdecomp.cli._app import DB_OPTION, app, open_run_store
-from taskdecomp.cli.runs import progress, report
+from taskdecomp.cli.runs import report, until_done
 from taskdecomp.errors import ConfigError
 from taskdecomp.jsonsafe import loads
 from taskdecomp.settings import load_settings
@@ -32,19 +30,15 @@ def approve_command(run_id: str, plan_file: Path | None, as_json: bool, db: str 
     """Approve what RUN_ID waits for (a plan or a tool call) and continue the run.
 
     Exit code: 0 on success, 1 when the run stopped, 2 on usage errors (the run does not wait
-    for approval, the edited plan is refused), 3 when it waits for approval again.
+    for approval, the edited plan is refused), 3 when it waits for approval again, 130 on
+    Ctrl-C.
     """
     plan = _read_plan(plan_file) if plan_file is not None else None
     with open_run_store(load_settings(), db) as store:
-        result = asyncio.run(
-            approve(
-                run_id,
-                store=store,
-                plan=plan,
-                on_event=None if as_json else progress(Console(stderr=True, highlight=False)),
-            )
+        return until_done(
+            lambda on_event: approve(run_id, store=store, plan=plan, on_event=on_event),
+            as_json=as_json,
         )
-    return report(result, as_json=as_json)
 
 
 @app.command("reject")

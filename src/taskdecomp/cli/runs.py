@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from taskdecomp import durable
 from taskdecomp.cli import _app
 from taskdecomp.cli._app import (
     DB_OPTION,
+    EXIT_INTERRUPTED,
     EXIT_PAUSED,
     EXIT_STOPPED,
     app,
@@ -37,17 +37,21 @@ from taskdecomp.events import (
     PlanCreated,
     PlanRevised,
     ReplanDecided,
+    RunStopped,
     StepFinished,
     StepStarted,
+    Subscriber,
 )
 from taskdecomp.models import Model
 from taskdecomp.plan import Step
 from taskdecomp.prompts import check_directory
 from taskdecomp.run import RunId, RunResult
+from taskdecomp.runtime import run_blocking
 from taskdecomp.settings import choose_model, load_openai_settings, load_settings
 from taskdecomp.store import RunSummary, StoredRun
-from taskdecomp.strategies.plan_execute import STRATEGIES, Strategy, resume, run_sync
+from taskdecomp.strategies.plan_execute import STRATEGIES, Strategy, resume, run
 from taskdecomp.strategies.replan import PROMPT_NAMES, ReplanOptions
+from taskdecomp.tools import load_toolset
 
 
 @app.command("run")
@@ -126,7 +130,8 @@ def run_command(
 
     Every budget flag also reads TASKDECOMP_<FLAG> (e.g. TASKDECOMP_MAX_TOOL_CALLS) from the
     environment or .env. Exit code: 0 on success, 1 when the run stopped, 2 on usage errors,
-    3 when the run waits for approval (taskdecomp approve / reject).
+    3 when the run waits for approval (taskdecomp approve / reject), 130 on Ctrl-C (the run
+    is stored as cancelled and can be resumed).
     """
     replan = _replan_options(strategy, max_iterations, max_agent_turns, approve_plan, prompts)
     settings = load_settings()
@@ -139,20 +144,45 @@ def run_command(
         openai_settings=openai_settings,
     )
     allowed = names(allow)
-    err = Console(stderr=True, highlight=False)
+    toolset = load_toolset(tools)  # before the run: Ctrl-C in a slow import just exits
     with open_run_store(settings, db) as store:
-        result = run_sync(
-            goal,
-            tools=tools,
-            model=planner,
-            combiner_model=combiner,
-            allow=allowed,
-            budget=budget,
-            on_event=None if as_json else progress(err),
-            store=store,
-            strategy=strategy,
-            replan=replan,
+        return until_done(
+            lambda on_event: run(
+                goal,
+                tools=toolset,
+                model=planner,
+                combiner_model=combiner,
+                allow=allowed,
+                budget=budget,
+                on_event=on_event,
+                store=store,
+                strategy=strategy,
+                replan=replan,
+            ),
+            as_json=as_json,
         )
+
+
+def until_done(
+    start: Callable[[Subscriber], Coroutine[Any, Any, RunResult]], *, as_json: bool
+) -> int:
+    """Run ``start(on_event)`` and report it; on Ctrl-C, report the cancelled run (130)."""
+    ended: list[RunResult] = []
+    show = None if as_json else progress(Console(stderr=True, highlight=False))
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, RunStopped):
+            ended.append(event.result)
+        if show is not None:
+            show(event)
+
+    try:
+        result = run_blocking(start(on_event))
+    except KeyboardInterrupt:
+        if not ended:
+            raise
+        report(ended[-1], as_json=as_json)
+        return EXIT_INTERRUPTED
     return report(result, as_json=as_json)
 
 
@@ -212,7 +242,7 @@ def progress(console: Console) -> Callable[[Event], None]:
             reason = event.entry.stop_reason or event.entry.error
             console.print(f"[red]step {event.entry.step_no} stopped:[/] {escape(str(reason))}")
         else:
-            _replan_progress(console, event)
+            _replanprogress(console, event)
 
     return show
 
@@ -232,7 +262,7 @@ def _approval(console: Console, run_id: str, approval: dict[str, Any]) -> None:
     )
 
 
-def _replan_progress(console: Console, event: Event) -> None:
+def _replanprogress(console: Console, event: Event) -> None:
     if isinstance(event, ReplanDecided):
         console.print(f"[dim]replan[/] round {event.iteration}: {event.kind}")
     elif isinstance(event, PlanRevised):
@@ -358,7 +388,8 @@ def resume_command(
 
     Finished steps are not run again. An unsafe step that started and left no result is not
     called again: the run stops with interrupted_unknown_outcome:<step>. Exit code: 0 on
-    success, 1 when the run stopped, 2 on usage errors (an unknown run id, no store).
+    success, 1 when the run stopped, 2 on usage errors (an unknown run id, no store), 130 on
+    Ctrl-C.
     """
     with open_run_store(load_settings(), db) as store:
         stored = store.load_run(RunId(run_id))
@@ -377,19 +408,20 @@ def resume_command(
         if max_seconds is not None:
             budget = dataclasses.replace(budget, max_seconds=max_seconds)
         planner, combiner = _resume_models(stored, model, combiner_model, base_url)
-        result = asyncio.run(
-            resume(
+        toolset = load_toolset(tools or durable.require(stored.tools, "tools", stored.run_id))
+        return until_done(
+            lambda on_event: resume(
                 run_id,
                 store=store,
-                tools=tools,
+                tools=toolset,
                 model=planner,
                 combiner_model=combiner,
                 allow=names(allow),
                 budget=budget,
-                on_event=None if as_json else progress(Console(stderr=True, highlight=False)),
-            )
+                on_event=on_event,
+            ),
+            as_json=as_json,
         )
-    return report(result, as_json=as_json)
 
 
 def _resume_models(

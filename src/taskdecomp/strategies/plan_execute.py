@@ -26,7 +26,7 @@ from taskdecomp.plan import Plan
 from taskdecomp.policy import parse_model_json, validate_plan_action
 from taskdecomp.prompts import render
 from taskdecomp.run import RunId, RunResult, new_run_id
-from taskdecomp.runtime import Clock, RunContext
+from taskdecomp.runtime import Clock, RunContext, run_blocking
 from taskdecomp.scheduler import execute_plan
 from taskdecomp.store.base import Store, StoredRun
 from taskdecomp.strategies.base import (
@@ -311,11 +311,15 @@ async def _combine(ctx: RunContext, combiner: Model | None) -> str:
 def run_sync(goal: str, **kwargs: Any) -> RunResult:
     """Blocking :func:`run`, for scripts and notebooks without an event loop.
 
+    It returns at the deadline even when a tool ignores cancellation (that tool is left
+    behind). Ctrl-C stores the run as ``cancelled`` (resumable), then raises
+    :class:`KeyboardInterrupt`.
+
     Raises:
         RuntimeError: when called from inside a running event loop (use ``await run(...)``).
     """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(run(goal, **kwargs))
+        return run_blocking(run(goal, **kwargs))
     raise RuntimeError("run_sync() cannot run inside an event loop; use `await run(...)`")
