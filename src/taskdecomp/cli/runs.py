@@ -101,6 +101,7 @@ def run_command(
             budget=budget,
             on_event=None if as_json else _progress(err),
             store=store,
+            lease_seconds=settings.lease_seconds,
         )
     return _report(result, as_json=as_json)
 
@@ -241,10 +242,13 @@ def resume_command(
     """Continue RUN_ID after a crash, a kill or a max_seconds stop, without repeating steps.
 
     Finished steps are not run again. An unsafe step that started and left no result is not
-    called again: the run stops with interrupted_unknown_outcome:<step>. Exit code: 0 on
-    success, 1 when the run stopped, 2 on usage errors (an unknown run id, no store).
+    called again: the run stops with interrupted_unknown_outcome:<step>. A run in flight in
+    another process is refused until its lease expires (TASKDECOMP_LEASE_SECONDS, 30 s after
+    that process died). Exit code: 0 on success, 1 when the run stopped, 2 on usage errors
+    (an unknown run id, no store, a run owned by another process).
     """
-    with open_run_store(load_settings(), db) as store:
+    settings = load_settings()
+    with open_run_store(settings, db) as store:
         stored = store.load_run(RunId(run_id))
         if not stored.resumable:
             summary = stored.summary
@@ -271,6 +275,7 @@ def resume_command(
                 allow=names(allow),
                 budget=budget,
                 on_event=None if as_json else _progress(Console(stderr=True, highlight=False)),
+                lease_seconds=settings.lease_seconds,
             )
         )
     return _report(result, as_json=as_json)
@@ -303,6 +308,12 @@ def show_stored(console: Console, stored: StoredRun) -> None:
     )
     if stored.message:
         console.print(f"[dim]{escape(short(stored.message, 2000))}[/]")
+    if stored.lease is not None:
+        lease = stored.lease
+        console.print(
+            f"[dim]owner {escape(short(lease.owner, 200))} · epoch {lease.epoch} · lease "
+            f"expires {when(lease.expires_at)}[/]"
+        )
     if stored.plan is not None:
         _plan_table(console, stored)
     elif stored.raw_plan is not None:

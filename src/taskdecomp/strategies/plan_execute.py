@@ -32,7 +32,7 @@ from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext
 from taskdecomp.scheduler import execute_plan
 from taskdecomp.stops import LlmPhase, StopReason, StopRun
-from taskdecomp.store.base import Store, StoredRun
+from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Lease, Store, StoredRun
 from taskdecomp.tools import Toolset, ToolSpec, load_toolset
 
 ToolsArg = Toolset | str | Path | Iterable[Callable[..., Any] | ToolSpec]
@@ -77,6 +77,7 @@ async def run(
     run_id: RunId | None = None,
     clock: Clock | None = None,
     store: Store | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> RunResult:
     """Plan, execute and combine ``goal``; always returns a result, never raises for a run failure.
 
@@ -92,6 +93,8 @@ async def run(
         clock: monotonic clock, for tests.
         store: keep the run there, checkpointed after every step, so :func:`resume` can
             continue it; default: nothing is stored.
+        lease_seconds: how long the run's lease in the store outlives this process if it
+            dies (see :func:`resume`); renewed every third of it while the run is in flight.
 
     Raises:
         ConfigError: the toolset or a model string cannot be loaded (before the run starts).
@@ -116,9 +119,11 @@ async def run(
             allow=ctx.gateway.allow,
             budget=budget,
         )
-        ctx.journal = _journal(ctx, store, segment=1, started=started)
-        store.create_run(new)
-    return await _execute(ctx, _Outcome(), budget, combiner, started=started)
+        ttl = durable.lease_seconds(lease_seconds)
+        lease = store.create_run(new, owner=durable.new_owner_id(), ttl=ttl)
+        ctx.journal = _journal(ctx, store, lease, segment=1, started=started)
+    async with durable.leased(ctx.journal):
+        return await _execute(ctx, _Outcome(), budget, combiner, started=started)
 
 
 async def resume(
@@ -132,6 +137,7 @@ async def resume(
     combiner_model: Model | str | None = None,
     on_event: Subscriber | None = None,
     clock: Clock | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> RunResult:
     """Continue a stored run that crashed, was killed, or stopped on ``max_seconds``.
 
@@ -149,6 +155,11 @@ async def resume(
     A run that has already ended (any other stop reason) is returned as stored and
     nothing is written.
 
+    One process owns a run at a time: resume takes the run's lease and is refused while
+    another process holds it (a run in flight elsewhere); the lease of a process that died
+    expires ``lease_seconds`` after its last renewal. Should this process be taken over
+    in turn (it stalled past its lease), it stops with ``lease_lost`` without writing.
+
     Args:
         run_id: the stored run.
         store: where it is stored.
@@ -159,9 +170,11 @@ async def resume(
         combiner_model: the combine call's model; default: the stored one, else ``model``.
         on_event: receives every event of the resumed segment.
         clock: monotonic clock, for tests.
+        lease_seconds: this process's lease on the run (see :func:`run`).
 
     Raises:
         RunNotFoundError: no run has this id.
+        RunLeasedError: another process owns the run; the message names it.
         CorruptRecordError: the stored run does not decode.
         ConfigError: no toolset or model was stored and none is given, or one cannot load.
         StoreError: the store cannot be read or written.
@@ -182,18 +195,22 @@ async def resume(
     ctx = _context(goal, toolset, planner, allowed, budget, on_event, stored.run_id)
     if clock is not None:
         ctx.clock = clock
+    lease, stored = durable.take_over(store, stored.run_id, seconds=lease_seconds)
     _restore(ctx, stored)
     started = ctx.clock() - stored.usage.seconds
-    ctx.journal = _journal(ctx, store, segment=stored.segments + 1, started=started)
-    ctx.journal.reopened()
-    outcome = _Outcome(plan=stored.plan)
-    step_id = stored.in_doubt()
-    if step_id is None:
-        done = stored.finished_steps()
-        return await _execute(ctx, outcome, budget, combiner, started=started, done=done)
-    ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=goal))
-    outcome.stop(durable.interrupted(stored, step_id))
-    return _finish(ctx, outcome, started)
+    ctx.journal = _journal(ctx, store, lease, segment=stored.segments + 1, started=started)
+    async with durable.leased(ctx.journal):
+        if not stored.resumable:  # it ended while this process waited for its lease
+            return stored.result()
+        ctx.journal.reopened()
+        outcome = _Outcome(plan=stored.plan)
+        step_id = stored.in_doubt()
+        if step_id is None:
+            done = stored.finished_steps()
+            return await _execute(ctx, outcome, budget, combiner, started=started, done=done)
+        ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=goal))
+        outcome.stop(durable.interrupted(stored, step_id))
+        return _finish(ctx, outcome, started)
 
 
 def _restore(ctx: RunContext, stored: StoredRun) -> None:
@@ -233,11 +250,13 @@ def _context(
     )
 
 
-def _journal(ctx: RunContext, store: Store, *, segment: int, started: float) -> Journal:
+def _journal(
+    ctx: RunContext, store: Store, lease: Lease, *, segment: int, started: float
+) -> Journal:
     def usage() -> Usage:
         return ctx.meter.snapshot(seconds=ctx.clock() - started)
 
-    journal = Journal(store, ctx.run_id, segment=segment, usage=usage)
+    journal = Journal(store, lease, segment=segment, usage=usage)
     ctx.events.subscribe(journal)
     return journal
 
@@ -346,7 +365,7 @@ def _finish(ctx: RunContext, outcome: _Outcome, started: float) -> RunResult:
     )
     ctx.events.emit(RunStopped(run_id=ctx.run_id, result=result))
     if ctx.journal is not None:
-        ctx.journal.finished(result)
+        return ctx.journal.finished(result)  # lease_lost if another process took the run
     return result
 
 
