@@ -67,6 +67,8 @@ def _fenced_intent() -> Insert:
 
 
 _FENCED_INTENT = _fenced_intent()
+_FENCED_INTENT_RETURNING = _FENCED_INTENT.returning(schema.attempts.c.id)
+"""Built once: SQLAlchemy would otherwise build and key a new statement every call."""
 
 
 def insert_intent(conn: Connection, row: dict[str, Any], lease: Lease) -> int:
@@ -82,8 +84,7 @@ def insert_intent(conn: Connection, row: dict[str, Any], lease: Lease) -> int:
     values = {f"v_{name}": value for name, value in row.items()}
     held_by = {"b_key": rows.key(lease.run_id), "b_owner": lease.owner, "b_epoch": lease.epoch}
     if conn.dialect.name == "postgresql":
-        statement = _FENCED_INTENT.returning(schema.attempts.c.id)
-        attempt_id = conn.execute(statement, {**values, **held_by}).scalar()
+        attempt_id = conn.execute(_FENCED_INTENT_RETURNING, {**values, **held_by}).scalar()
     else:
         result = conn.execute(_FENCED_INTENT, {**values, **held_by})
         attempt_id = result.lastrowid if result.rowcount == 1 else None

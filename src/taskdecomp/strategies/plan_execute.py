@@ -175,6 +175,7 @@ async def resume(
     Raises:
         RunNotFoundError: no run has this id.
         RunLeasedError: another process owns the run; the message names it.
+        LeaseLostError: another process took the run over the moment this one took it.
         CorruptRecordError: the stored run does not decode.
         ConfigError: no toolset or model was stored and none is given, or one cannot load.
         StoreError: the store cannot be read or written.
