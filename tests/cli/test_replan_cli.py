@@ -110,6 +110,29 @@ def calls(tmp_path: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
+def approve_then_kill(
+    env: dict[str, str], tmp_path: Path, run_id: str, db: str, *, when: str
+) -> None:
+    """Approve ``run_id`` in a process that is killed (-9) once ``when`` is in the call log;
+    then release the blocking tools and let the dead owner's lease expire."""
+    code = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, "approve", run_id, "--db", db],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while when not in calls(tmp_path):
+        assert time.monotonic() < deadline, f"the run never reached {when!r}"
+        assert child.poll() is None, "the approve process ended early"
+        time.sleep(0.05)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    (tmp_path / "calls.release").touch()
+    time.sleep(1.5)  # the dead owner's lease (1 s) expires
+
+
 def test_run_with_the_replan_strategy_prints_the_answer(tmp_path: Path) -> None:
     script = tmp_path / "sales.json"
     month = {"month": "2026-04"}
@@ -243,22 +266,7 @@ def test_resume_after_kill_9_in_the_middle_of_the_loop(tmp_path: Path, env: dict
     assert code == 3  # the revision changed the plan: asked once, for the new plan
     revised = json.loads(out)["approval"]
     assert revised["kind"] == "plan" and revised["subject"]["plan"][0]["id"] == "s3"
-    code_str = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
-    child = subprocess.Popen(
-        [sys.executable, "-c", code_str, "approve", run_id, "--db", db, "--json"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    while "block key=c" not in calls(tmp_path):
-        assert time.monotonic() < deadline, "the run never reached the blocking step"
-        assert child.poll() is None, "the approve process ended early"
-        time.sleep(0.05)
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
-    (tmp_path / "calls.release").touch()
-    time.sleep(1.5)  # the dead owner's lease (1 s) expires
+    approve_then_kill(env, tmp_path, run_id, db, when="block key=c")
 
     code, out, err = cli(env, "resume", run_id, "--db", db, "--json")
     assert code == 0, err  # no approval asked again after the crash
@@ -321,21 +329,7 @@ def test_an_approved_call_is_not_asked_again_after_a_crash(
     code, out, _ = cli(env, "run", "Publish b", *base)
     assert code == 3
     run_id = json.loads(out)["run_id"]
-    code_str = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
-    child = subprocess.Popen(
-        [sys.executable, "-c", code_str, "approve", run_id, "--db", db],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    while "publish key=b" not in calls(tmp_path):
-        assert time.monotonic() < deadline and child.poll() is None
-        time.sleep(0.05)
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
-    (tmp_path / "calls.release").touch()
-    time.sleep(1.5)  # the dead owner's lease (1 s) expires
+    approve_then_kill(env, tmp_path, run_id, db, when="publish key=b")
     code, out, err = cli(env, "resume", run_id, "--db", db, "--json")
     assert code == 0, err  # the approval was stored when it was given
     assert json.loads(out)["answer"] == "Published."
