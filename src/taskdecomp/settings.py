@@ -56,6 +56,12 @@ class Settings(BaseSettings):
     busy_timeout: float = Field(default=5.0, gt=0)
     """Seconds to wait for a SQLite store locked by another process
     (``TASKDECOMP_BUSY_TIMEOUT``)."""
+    api_token: SecretStr | None = None
+    """The bearer token ``taskdecomp serve`` requires of every API request
+    (``TASKDECOMP_API_TOKEN``); needed to bind to an address other than loopback."""
+    cors_origins: str | None = None
+    """Comma-separated origins the service answers cross-origin requests from
+    (``TASKDECOMP_CORS_ORIGINS``); default: none (CORS off)."""
 
     def data_dir(self) -> Path:
         """:attr:`home`, else the platform's user data directory for taskdecomp."""

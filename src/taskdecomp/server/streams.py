@@ -1,0 +1,168 @@
+"""Server-sent event streams of runs and plans, read from the store.
+
+A run's stream sends its stored events in order, each with its per-run sequence number as
+the SSE ``id``; a client that reconnects with ``Last-Event-ID: N`` gets event ``N + 1`` on,
+so it misses nothing and sees nothing twice, whichever process wrote the events and however
+often the server restarted meanwhile. Once the run has ended (``ok`` or ``stopped``) and
+every event is sent, the stream sends ``end`` and closes; a paused run's stream stays open
+for what follows its approval.
+
+A plan's stream sends a ``node`` event for every node of the tree, in the order they were
+written (the node id is the SSE ``id``), ``removed`` when nodes disappear (an overwrite),
+and ``decomposition`` when a decomposition of the plan starts or ends.
+
+Both poll the store: quickly while events flow, backing off to ``poll_seconds`` while
+nothing happens, and both end when the server shuts down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from taskdecomp.errors import TreeNotFoundError
+from taskdecomp.run import RunId
+from taskdecomp.server.plans import PlanService
+from taskdecomp.server.problems import Problem
+from taskdecomp.server.runs import RunService
+from taskdecomp.tree import PlanTreeId
+
+PAGE = 500
+"""Most events read from the store at once."""
+
+FIRST_WAIT = 0.02
+"""Seconds between reads while events flow; doubled while nothing comes, up to the limit."""
+
+PING_SECONDS = 15.0
+"""A comment line this often keeps proxies from closing an idle stream."""
+
+FINAL = ("ok", "stopped")
+
+HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def frame(event: str, data: Any, *, event_id: int | None = None) -> bytes:
+    """One SSE message; the data is one line of ASCII JSON."""
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
+    return f"{head}event: {event}\ndata: {text}\n\n".encode("ascii")
+
+
+def last_event_id(header: str | None, query: int | None) -> int:
+    """Where a stream starts: after ``Last-Event-ID`` (a reconnect), else ``?after=``, else 0.
+
+    Raises:
+        Problem: 400 when the header is not a whole number >= 0.
+    """
+    if header is None or not header.strip():
+        return query or 0
+    text = header.strip()
+    if not text.isdigit() or len(text) > 18:
+        raise Problem(400, f"Last-Event-ID {header[:40]!r} is not a whole number >= 0")
+    return int(text)
+
+
+class _Pacer:
+    """Waits between two reads: short while events flow, longer while nothing happens."""
+
+    def __init__(self, closing: asyncio.Event, limit: float) -> None:
+        self.closing = closing
+        self.limit = max(limit, FIRST_WAIT)
+        self.wait = FIRST_WAIT
+        self.pinged = time.monotonic()
+
+    def reset(self) -> None:
+        self.wait = FIRST_WAIT
+
+    async def pause(self) -> bool:
+        """Wait; ``False`` once the server shuts down."""
+        try:
+            await asyncio.wait_for(self.closing.wait(), timeout=self.wait)
+        except TimeoutError:
+            self.wait = min(self.wait * 2, self.limit)
+            return True
+        return False
+
+    def ping_due(self) -> bool:
+        now = time.monotonic()
+        if now - self.pinged < PING_SECONDS:
+            return False
+        self.pinged = now
+        return True
+
+
+async def run_events(
+    runs: RunService, run_id: str, after: int, closing: asyncio.Event
+) -> AsyncIterator[bytes]:
+    """The SSE stream of run ``run_id`` from sequence number ``after + 1``."""
+    pacer = _Pacer(closing, runs.config.poll_seconds)
+    seq = after
+    while True:
+        page = runs.store.load_event_page(RunId(run_id), after=seq, limit=PAGE)
+        for item in page.events:
+            event = item.event
+            data = {"seq": item.seq, "kind": event.kind, "at": event.at, "data": dict(event.data)}
+            yield frame(event.kind, data, event_id=item.seq)
+            seq = item.seq
+        if page.events:
+            pacer.reset()
+            continue
+        if page.status in FINAL and not runs.is_active(run_id):
+            yield frame("end", {"status": page.status, "last_seq": seq})
+            return
+        if pacer.ping_due():
+            yield b": ping\n\n"
+        if not await pacer.pause():
+            return
+
+
+async def plan_events(
+    plans: PlanService, plan_id: int, after: int, closing: asyncio.Event
+) -> AsyncIterator[bytes]:
+    """The SSE stream of plan ``plan_id``: nodes with an id above ``after``, then changes."""
+    pacer = _Pacer(closing, plans.config.poll_seconds)
+    last = after
+    sent: set[int] = set()
+    versions: dict[int, int] = {}
+    while True:
+        try:
+            tree = plans.repository.get_plan_tree(PlanTreeId(plan_id))
+        except TreeNotFoundError:
+            yield frame("end", {"reason": "the plan no longer exists"})
+            return
+        changed = False
+        for message in _job_changes(plans, plan_id, versions):
+            changed = True
+            yield message
+        depths = {node.id: depth for node, depth in tree.walk()}
+        for node in sorted(tree.nodes, key=lambda n: n.id):
+            sent.add(node.id)
+            if node.id > last:
+                changed = True
+                yield frame(
+                    "node", node.to_dict() | {"depth": depths.get(node.id, 0)}, event_id=node.id
+                )
+                last = node.id
+        gone = sent - {node.id for node in tree.nodes}
+        if gone:
+            changed = True
+            sent -= gone
+            yield frame("removed", {"node_ids": sorted(gone)})
+        if changed:
+            pacer.reset()
+        if pacer.ping_due():
+            yield b": ping\n\n"
+        if not await pacer.pause():
+            return
+
+
+def _job_changes(plans: PlanService, plan_id: int, versions: dict[int, int]) -> list[bytes]:
+    messages = []
+    for job in plans.jobs(plan_id):
+        if versions.get(job.id) != job.version:
+            versions[job.id] = job.version
+            messages.append(frame("decomposition", job.to_dict()))
+    return messages
