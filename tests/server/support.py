@@ -222,8 +222,8 @@ class ServeProcess:
         assert self.proc is not None
         started = time.monotonic()
         self.proc.send_signal(sig)
-        _, err = self.proc.communicate(timeout=timeout)
-        return self.proc.returncode, time.monotonic() - started, err
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, time.monotonic() - started, out + err
 
 
 def sse_events(
@@ -236,18 +236,26 @@ def sse_events(
     timeout: float = 60,
 ) -> list[dict[str, Any]]:
     """Read an SSE stream: each message as {"id", "event", "data"}, up to ``until``."""
-    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
     messages: list[dict[str, Any]] = []
+    for message in sse_iter(client, path, last_event_id=last_event_id, timeout=timeout):
+        messages.append(message)
+        if message["event"] == until or len(messages) >= limit:
+            break
+    return messages
+
+
+def sse_iter(
+    client: httpx.Client, path: str, *, last_event_id: int | None = None, timeout: float = 60
+) -> Iterator[dict[str, Any]]:
+    """The messages of an SSE stream as they arrive."""
+    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
     deadline = time.monotonic() + timeout
     with client.stream("GET", path, headers=headers, timeout=timeout) as response:
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
         for message in parse_sse(response.iter_lines()):
-            messages.append(message)
-            if message["event"] == until or len(messages) >= limit:
-                break
+            yield message
             assert time.monotonic() < deadline, "the stream did not end in time"
-    return messages
 
 
 def parse_sse(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
