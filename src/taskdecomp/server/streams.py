@@ -128,15 +128,13 @@ async def plan_events(
     sent: set[int] = set()
     versions: dict[int, int] = {}
     while True:
-        try:
+        jobs = _job_changes(plans, plan_id, versions)  # before the tree: a job that ended
+        try:  # is sent after the nodes it wrote
             tree = plans.repository.get_plan_tree(PlanTreeId(plan_id))
         except TreeNotFoundError:
             yield frame("end", {"reason": "the plan no longer exists"})
             return
-        changed = False
-        for message in _job_changes(plans, plan_id, versions):
-            changed = True
-            yield message
+        changed = bool(jobs)
         depths = {node.id: depth for node, depth in tree.walk()}
         for node in sorted(tree.nodes, key=lambda n: n.id):
             sent.add(node.id)
@@ -151,6 +149,8 @@ async def plan_events(
             changed = True
             sent -= gone
             yield frame("removed", {"node_ids": sorted(gone)})
+        for message in jobs:
+            yield message
         if changed:
             pacer.reset()
         if pacer.ping_due():
