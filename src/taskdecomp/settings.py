@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from taskdecomp.budget import Budget
 from taskdecomp.decomposition import DecompOptions
 from taskdecomp.errors import ConfigError
+from taskdecomp.store.base import DEFAULT_LEASE_SECONDS
 
 BUDGET_FIELDS = tuple(f.name for f in fields(Budget))
 
@@ -56,6 +57,9 @@ class Settings(BaseSettings):
     busy_timeout: float = Field(default=5.0, gt=0)
     """Seconds to wait for a SQLite store locked by another process
     (``TASKDECOMP_BUSY_TIMEOUT``)."""
+    lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, gt=0)
+    """How long a stored run's lease outlives a process that died, so another ``resume``
+    may take it over (``TASKDECOMP_LEASE_SECONDS``)."""
     api_token: SecretStr | None = None
     """The bearer token ``taskdecomp serve`` requires of every API request
     (``TASKDECOMP_API_TOKEN``); needed to bind to an address other than loopback."""

@@ -85,7 +85,12 @@ def rules_script(tmp_path: Path, *rules: tuple[str, Any], name: str = "script.js
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "tools.py").write_text(TOOLSET)
-    return {**os.environ, "REPLAN_TEST_LOG": str(tmp_path / "calls.log")}
+    # a short lease, so a resume after a kill -9 waits about a second for the dead owner's
+    return {
+        **os.environ,
+        "REPLAN_TEST_LOG": str(tmp_path / "calls.log"),
+        "TASKDECOMP_LEASE_SECONDS": "1",
+    }
 
 
 def cli(env: dict[str, str], *argv: str, timeout: float = 120) -> tuple[int, str, str]:
@@ -253,6 +258,7 @@ def test_resume_after_kill_9_in_the_middle_of_the_loop(tmp_path: Path, env: dict
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     (tmp_path / "calls.release").touch()
+    time.sleep(1.5)  # the dead owner's lease (1 s) expires
 
     code, out, err = cli(env, "resume", run_id, "--db", db, "--json")
     assert code == 0, err  # no approval asked again after the crash
@@ -329,6 +335,7 @@ def test_an_approved_call_is_not_asked_again_after_a_crash(
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     (tmp_path / "calls.release").touch()
+    time.sleep(1.5)  # the dead owner's lease (1 s) expires
     code, out, err = cli(env, "resume", run_id, "--db", db, "--json")
     assert code == 0, err  # the approval was stored when it was given
     assert json.loads(out)["answer"] == "Published."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from pathlib import Path
@@ -15,7 +16,8 @@ from tests.server.support import ServeProcess, run_model, sse_events, sse_iter, 
 def serve(tmp_path: Path, toolset: Path) -> ServeProcess:
     return ServeProcess(
         ["--tools", f"demo={toolset}", "--model", run_model(tmp_path),
-         "--db", str(tmp_path / "runs.db")]
+         "--db", str(tmp_path / "runs.db")],
+        env={**os.environ, "TASKDECOMP_LEASE_SECONDS": "1"},  # a dead server's lease expires fast
     )  # fmt: skip
 
 
@@ -32,8 +34,10 @@ def test_a_run_in_flight_when_the_server_died_is_interrupted_and_resumes(
     second = serve(tmp_path, toolset).start()
     try:
         with httpx.Client(base_url=second.url, timeout=30) as client:
-            view = client.get(f"/runs/{run_id}").json()
-            assert view["status"] == "interrupted" and view["stored_status"] == "running"
+            view = wait_for(  # until the dead server's lease has expired
+                lambda: (v := client.get(f"/runs/{run_id}").json())["status"] == "interrupted" and v
+            )
+            assert view["stored_status"] == "running" and view["lease"] is not None
             assert [e["plan_step"]["id"] for e in view["history"]] == ["first"]
             listed = client.get("/runs", params={"status": "interrupted"}).json()["runs"]
             assert [r["run_id"] for r in listed] == [run_id]

@@ -139,6 +139,7 @@ def _config(
         cors_origins=origins,
         budget=settings.budget(),
         decomp=decomp.options(),
+        lease_seconds=settings.lease_seconds,
     )
 
 

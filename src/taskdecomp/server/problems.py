@@ -15,6 +15,8 @@ from typing import Any
 from taskdecomp.errors import (
     ConfigError,
     CorruptRecordError,
+    LeaseLostError,
+    RunLeasedError,
     RunNotFoundError,
     StoreError,
     TaskdecompError,
@@ -48,19 +50,13 @@ def status_of(exc: TaskdecompError) -> int:
         return 404
     if isinstance(exc, CorruptRecordError):
         return 500
-    if _is_leased(exc):
+    if isinstance(exc, RunLeasedError | LeaseLostError):
         return 409
     if isinstance(exc, StoreError):
         return 503
     if isinstance(exc, ConfigError):
         return 409
     return 500
-
-
-def _is_leased(exc: Exception) -> bool:
-    # RunLeasedError and LeaseLostError come with the run lease; matched by name so this
-    # module does not depend on when they land.
-    return type(exc).__name__ in ("RunLeasedError", "LeaseLostError")
 
 
 def body(status: int, detail: str, **extra: Any) -> bytes:

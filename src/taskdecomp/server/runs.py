@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
@@ -103,6 +102,7 @@ class RunService:
                 store=self.store,
                 strategy=body.strategy,
                 replan=replan,
+                lease_seconds=self.config.lease_seconds,
             ),
         )
         return run_id
@@ -132,7 +132,12 @@ class RunService:
         await self._launch(
             stored.run_id,
             lambda on_event: resume(
-                run_id, store=self.store, tools=toolset, model=model, on_event=on_event
+                run_id,
+                store=self.store,
+                tools=toolset,
+                model=model,
+                on_event=on_event,
+                lease_seconds=self.config.lease_seconds,
             ),
         )
 
@@ -148,7 +153,13 @@ class RunService:
         await self._launch(
             stored.run_id,
             lambda on_event: approve(
-                run_id, store=self.store, plan=plan, tools=toolset, model=model, on_event=on_event
+                run_id,
+                store=self.store,
+                plan=plan,
+                tools=toolset,
+                model=model,
+                on_event=on_event,
+                lease_seconds=self.config.lease_seconds,
             ),
         )
 
@@ -159,7 +170,9 @@ class RunService:
             ConfigError: the run is not waiting for approval (409).
         """
         self._idle(run_id)
-        return reject(run_id, store=self.store, reason=reason)
+        return reject(
+            run_id, store=self.store, reason=reason, lease_seconds=self.config.lease_seconds
+        )
 
     async def cancel(self, run_id: str) -> None:
         """Cancel a run this process executes; it stores itself as ``cancelled`` (resumable).
@@ -179,10 +192,18 @@ class RunService:
         await asyncio.wait({task}, timeout=CANCEL_WAIT)
 
     def status(self, summary: RunSummary, stored: StoredRun | None = None) -> str:
-        """The status the API shows for a run (see :data:`STATUSES`)."""
+        """The status the API shows for a run (see :data:`STATUSES`).
+
+        A run stored as ``running`` runs here, or in another process that holds its lease
+        (the CLI, another server); with no live lease its process died: ``interrupted``.
+        """
         if summary.status != "running" or summary.run_id in self._active:
             return summary.status
-        return "running" if stored is not None and _owned_elsewhere(stored) else "interrupted"
+        if stored is None:
+            stored = self.store.load_run(summary.run_id)
+        lease = stored.lease
+        alive = lease is not None and lease.expires_at > self.store.now()
+        return "running" if alive else "interrupted"
 
     def view(self, run_id: str) -> dict[str, Any]:
         """The stored run as the API shows it.
@@ -323,15 +344,6 @@ class RunService:
                 f"which this server does not offer; start the server with --model for it",
             )
         return self.toolsets[name], model
-
-
-def _owned_elsewhere(stored: StoredRun) -> bool:
-    """Whether a live process other than this one holds the run's lease."""
-    lease = getattr(stored, "lease", None)
-    if lease is None:
-        return False
-    expires_at = getattr(lease, "expires_at", None)
-    return isinstance(expires_at, float) and expires_at > time.time()
 
 
 def _summary(summary: RunSummary, status: str) -> dict[str, Any]:
