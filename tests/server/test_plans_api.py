@@ -51,17 +51,33 @@ def test_create_plan_without_decomposing_and_one_node_on_demand(served: Served) 
         assert started.status_code == 202 and started.json()["mode"] == "single_node"
         tree = job_done(client, plan_id)
         assert [n["name"] for n in tree["nodes"]] == ["Conference", "Venue", "Speakers", "Sponsors"]
-        busy = client.post(f"/plans/{plan_id}/nodes/{root}/decompose", json={"mode": "overwrite"})
-        assert busy.status_code == 202
-        again = client.post(f"/plans/{plan_id}/nodes/{root}/decompose")
-        assert again.status_code in (202, 409)  # 409 while the overwrite still runs
-        if again.status_code == 409:
-            assert "is being decomposed" in again.json()["detail"]
+        again = client.post(f"/plans/{plan_id}/nodes/{root}/decompose", json={"mode": "overwrite"})
+        assert again.status_code == 202
         tree = wait_for(
             lambda: (t := job_done(client, plan_id))["jobs"][-1]["state"] == "done" and t
         )
-    names = [n["name"] for n in tree["nodes"]]
-    assert names.count("Venue") == 1  # the overwrite replaced the first children
+    assert [n["name"] for n in tree["nodes"]] == ["Conference", "Venue", "Speakers", "Sponsors"]
+    assert tree["jobs"][-1]["result"]["stats"]["nodes_created"] == 3
+
+
+def test_one_decomposition_at_a_time_per_plan(config, tmp_path) -> None:
+    from tests.server.support import decomp_model
+
+    slow = dataclasses.replace(config, decomp_model=decomp_model(tmp_path, latency_ms=3000))
+    with Served(slow) as server, server.client() as client:
+        created = client.post("/plans", json={"title": "Conference"})
+        assert created.status_code == 202
+        plan_id = created.json()["id"]
+        busy = client.post(f"/plans/{plan_id}/decompose")
+        root = created.json()["nodes"][0]["id"]
+        node = client.post(f"/plans/{plan_id}/nodes/{root}/decompose")
+        listed = client.get("/plans").json()["plans"]
+    for response in (busy, node):
+        assert response.status_code == 409
+        assert response.json()["detail"] == (
+            f"plan {plan_id} is being decomposed; wait for that to end"
+        )
+    assert listed[0]["decomposing"] is True
 
 
 def test_plan_errors_are_problem_documents(served: Served) -> None:
@@ -111,3 +127,29 @@ def test_the_plan_stream_sends_every_node_as_written_and_replays(config, tmp_pat
     jobs = [m["data"]["state"] for m in live if m["event"] == "decomposition"]
     assert jobs[0] == "running" and jobs[-1] == "done"
     assert [m for m in replay if m["event"] == "node"] == nodes[1:]  # after the first node
+
+
+def test_a_client_following_the_stream_sees_an_overwrite(served: Served) -> None:
+    with served.client() as client:
+        plan_id = client.post("/plans", json={"title": "Conference"}).json()["id"]
+        job_done(client, plan_id)
+        held: dict[int, str] = {}
+        jobs = 0
+        for message in sse_iter(client, f"/plans/{plan_id}/events"):
+            if message["event"] == "node":
+                held[message["data"]["id"]] = message["data"]["name"]
+            elif message["event"] == "removed":
+                for node_id in message["data"]["node_ids"]:
+                    held.pop(node_id)
+            elif message["event"] == "decomposition" and message["data"]["state"] == "done":
+                jobs += 1
+                if jobs == 1:
+                    root = min(held)
+                    body = {"mode": "overwrite"}
+                    started = client.post(f"/plans/{plan_id}/nodes/{root}/decompose", json=body)
+                    assert started.status_code == 202
+                else:
+                    break
+        tree = client.get(f"/plans/{plan_id}/tree").json()
+    assert held == {node["id"]: node["name"] for node in tree["nodes"]}
+    assert sorted(held.values()) == ["Conference", "Speakers", "Sponsors", "Venue"]

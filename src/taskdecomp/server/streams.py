@@ -28,7 +28,7 @@ from taskdecomp.run import RunId
 from taskdecomp.server.plans import PlanService
 from taskdecomp.server.problems import Problem
 from taskdecomp.server.runs import RunService
-from taskdecomp.tree import PlanTreeId
+from taskdecomp.tree import PlanNode, PlanTree, PlanTreeId
 
 PAGE = 500
 """Most events read from the store at once."""
@@ -124,8 +124,7 @@ async def plan_events(
 ) -> AsyncIterator[bytes]:
     """The SSE stream of plan ``plan_id``: nodes with an id above ``after``, then changes."""
     pacer = _Pacer(closing, plans.config.poll_seconds)
-    last = after
-    sent: set[int] = set()
+    state = _TreeState(after)
     versions: dict[int, int] = {}
     while True:
         jobs = _job_changes(plans, plan_id, versions)  # before the tree: a job that ended
@@ -134,29 +133,50 @@ async def plan_events(
         except TreeNotFoundError:
             yield frame("end", {"reason": "the plan no longer exists"})
             return
-        changed = bool(jobs)
-        depths = {node.id: depth for node, depth in tree.walk()}
-        for node in sorted(tree.nodes, key=lambda n: n.id):
-            sent.add(node.id)
-            if node.id > last:
-                changed = True
-                yield frame(
-                    "node", node.to_dict() | {"depth": depths.get(node.id, 0)}, event_id=node.id
-                )
-                last = node.id
-        gone = sent - {node.id for node in tree.nodes}
-        if gone:
-            changed = True
-            sent -= gone
-            yield frame("removed", {"node_ids": sorted(gone)})
-        for message in jobs:
+        messages = [*state.changes(tree), *jobs]
+        for message in messages:
             yield message
-        if changed:
+        if messages:
             pacer.reset()
         if pacer.ping_due():
             yield b": ping\n\n"
         if not await pacer.pause():
             return
+
+
+class _TreeState:
+    """What one plan stream has sent: every node it knows, as it looked when sent.
+
+    Node ids grow, but a store may hand an id out again once the highest nodes were
+    deleted (an overwrite on SQLite); a known id whose node looks different is sent as
+    ``removed`` and then as a new ``node``.
+    """
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.sent: dict[int, tuple[Any, ...]] = {}
+        self.started = False
+
+    def changes(self, tree: PlanTree) -> list[bytes]:
+        now: dict[int, tuple[Any, ...]] = {node.id: _look(node) for node in tree.nodes}
+        if not self.started:  # nodes up to Last-Event-ID: the client has them
+            self.started = True
+            self.sent = {i: look for i, look in now.items() if i <= self.after}
+        gone = sorted(i for i, look in self.sent.items() if now.get(i) != look)
+        messages = [frame("removed", {"node_ids": gone})] if gone else []
+        for node_id in gone:
+            del self.sent[node_id]
+        depths = {node.id: depth for node, depth in tree.walk()}
+        for node in sorted(tree.nodes, key=lambda n: n.id):
+            if node.id not in self.sent:
+                self.sent[node.id] = now[node.id]
+                data = node.to_dict() | {"depth": depths.get(node.id, 0)}
+                messages.append(frame("node", data, event_id=node.id))
+        return messages
+
+
+def _look(node: PlanNode) -> tuple[Any, ...]:
+    return (node.parent_id, node.position, node.name, node.instruction, node.leaf)
 
 
 def _job_changes(plans: PlanService, plan_id: int, versions: dict[int, int]) -> list[bytes]:
