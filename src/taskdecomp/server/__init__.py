@@ -18,8 +18,8 @@ from taskdecomp.server.service import Service, open_service
 
 __all__ = [
     "CHAT_ACTIONS",
-    "Service",
     "ServerConfig",
+    "Service",
     "check_bind",
     "create_app",
     "is_loopback",

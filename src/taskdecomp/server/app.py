@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import Body, FastAPI, Header, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
@@ -40,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 
-RunPath = Annotated[str, "run id"]
+RunPath = Annotated[str, PathParam(max_length=200, description="A run id.")]
 Status = Literal["running", "interrupted", "paused", "ok", "stopped"]
 
 

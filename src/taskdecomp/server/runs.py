@@ -65,7 +65,29 @@ class RunService:
         """Canonical model name -> the operator's model string."""
         self._toolset_names = {ts.source: name for name, ts in self.toolsets.items()}
         self._active: dict[RunId, asyncio.Task[RunResult]] = {}
+        self._listeners: dict[RunId, set[asyncio.Event]] = {}
         self.closing = False
+
+    def listen(self, run_id: str) -> asyncio.Event:
+        """An event set whenever run ``run_id`` emits one here (or the server shuts down).
+
+        Event streams wait on it instead of polling the store while the run is quiet.
+        """
+        bell = asyncio.Event()
+        self._listeners.setdefault(RunId(run_id), set()).add(bell)
+        return bell
+
+    def unlisten(self, run_id: str, bell: asyncio.Event) -> None:
+        """Stop ringing ``bell``."""
+        bells = self._listeners.get(RunId(run_id))
+        if bells is not None:
+            bells.discard(bell)
+            if not bells:
+                del self._listeners[RunId(run_id)]
+
+    def _ring(self, run_id: RunId) -> None:
+        for bell in self._listeners.get(run_id, ()):
+            bell.set()
 
     def is_active(self, run_id: str) -> bool:
         """Whether this process is executing ``run_id`` now."""
@@ -239,6 +261,9 @@ class RunService:
         self.closing = True
         for task in self._active.values():
             task.cancel()
+        for bells in self._listeners.values():
+            for bell in bells:
+                bell.set()
 
     async def shutdown(self, timeout: float) -> None:
         """:meth:`begin_shutdown`, then wait up to ``timeout`` seconds for the runs to end."""
@@ -263,6 +288,7 @@ class RunService:
 
         def on_event(_event: Event) -> None:
             first.set()
+            self._ring(run_id)  # its stored form follows at once: streams read it then
 
         task = asyncio.create_task(start(on_event), name=f"taskdecomp run {run_id}")
         self._active[run_id] = task
@@ -272,12 +298,15 @@ class RunService:
             await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             waiter.cancel()
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]  # checked just above
+        if task.done() and not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                raise error
 
     def _ended(self, run_id: RunId, task: asyncio.Task[RunResult]) -> None:
         if self._active.get(run_id) is task:
             del self._active[run_id]
+        self._ring(run_id)
         if task.cancelled():
             return
         error = task.exception()

@@ -33,7 +33,7 @@ from taskdecomp.tree import PlanNode, PlanTree, PlanTreeId
 PAGE = 500
 """Most events read from the store at once."""
 
-FIRST_WAIT = 0.02
+FIRST_WAIT = 0.05
 """Seconds between reads while events flow; doubled while nothing comes, up to the limit."""
 
 PING_SECONDS = 15.0
@@ -66,10 +66,15 @@ def last_event_id(header: str | None, query: int | None) -> int:
 
 
 class _Pacer:
-    """Waits between two reads: short while events flow, longer while nothing happens."""
+    """Waits between two reads of the store.
 
-    def __init__(self, closing: asyncio.Event, limit: float) -> None:
+    Short while events flow, doubling up to ``limit`` while nothing happens; a ``bell``
+    (rung when the run emits an event in this process) ends the wait at once.
+    """
+
+    def __init__(self, closing: asyncio.Event, limit: float, bell: asyncio.Event) -> None:
         self.closing = closing
+        self.bell = bell
         self.limit = max(limit, FIRST_WAIT)
         self.wait = FIRST_WAIT
         self.pinged = time.monotonic()
@@ -80,11 +85,11 @@ class _Pacer:
     async def pause(self) -> bool:
         """Wait; ``False`` once the server shuts down."""
         try:
-            await asyncio.wait_for(self.closing.wait(), timeout=self.wait)
+            await asyncio.wait_for(self.bell.wait(), timeout=self.wait)
         except TimeoutError:
             self.wait = min(self.wait * 2, self.limit)
-            return True
-        return False
+        self.bell.clear()
+        return not self.closing.is_set()
 
     def ping_due(self) -> bool:
         now = time.monotonic()
@@ -98,15 +103,28 @@ async def run_events(
     runs: RunService, run_id: str, after: int, closing: asyncio.Event
 ) -> AsyncIterator[bytes]:
     """The SSE stream of run ``run_id`` from sequence number ``after + 1``."""
-    pacer = _Pacer(closing, runs.config.poll_seconds)
+    bell = runs.listen(run_id)
+    try:
+        async for message in _run_events(
+            runs, run_id, after, _Pacer(closing, runs.config.poll_seconds, bell)
+        ):
+            yield message
+    finally:
+        runs.unlisten(run_id, bell)
+
+
+async def _run_events(
+    runs: RunService, run_id: str, after: int, pacer: _Pacer
+) -> AsyncIterator[bytes]:
     seq = after
-    while True:
+    while not pacer.closing.is_set():
         page = runs.store.load_event_page(RunId(run_id), after=seq, limit=PAGE)
         for item in page.events:
             event = item.event
             data = {"seq": item.seq, "kind": event.kind, "at": event.at, "data": dict(event.data)}
             yield frame(event.kind, data, event_id=item.seq)
             seq = item.seq
+            await asyncio.sleep(0)  # let the loop see a client that went away
         if page.events:
             pacer.reset()
             continue
@@ -123,7 +141,7 @@ async def plan_events(
     plans: PlanService, plan_id: int, after: int, closing: asyncio.Event
 ) -> AsyncIterator[bytes]:
     """The SSE stream of plan ``plan_id``: nodes with an id above ``after``, then changes."""
-    pacer = _Pacer(closing, plans.config.poll_seconds)
+    pacer = _Pacer(closing, plans.config.poll_seconds, asyncio.Event())
     state = _TreeState(after)
     versions: dict[int, int] = {}
     while True:
@@ -136,6 +154,7 @@ async def plan_events(
         messages = [*state.changes(tree), *jobs]
         for message in messages:
             yield message
+            await asyncio.sleep(0)
         if messages:
             pacer.reset()
         if pacer.ping_due():
