@@ -24,7 +24,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -171,9 +171,10 @@ class UnfencedStore(SqlStore):
         *,
         events: Sequence[EventRecord],
         lease: Lease | None = None,
+        approvals: Mapping[str, Any] | None = None,
     ) -> None:
         """Finish the run, unfenced (it still ends the lease)."""
-        super().finish_run(run_id, result, events=events)
+        super().finish_run(run_id, result, events=events, approvals=approvals)
 
 
 @contextmanager
