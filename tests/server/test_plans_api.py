@@ -80,6 +80,16 @@ def test_one_decomposition_at_a_time_per_plan(config, tmp_path) -> None:
     assert listed[0]["decomposing"] is True
 
 
+def test_a_stored_plan_is_decomposed_breadth_first_on_request(served: Served) -> None:
+    with served.client() as client:
+        plan_id = client.post("/plans", json={"title": "Conference", "auto_decompose": False})
+        plan_id = plan_id.json()["id"]
+        started = client.post(f"/plans/{plan_id}/decompose")
+        assert started.status_code == 202 and started.json()["mode"] == "plan_bfs"
+        tree = job_done(client, plan_id)
+    assert len(tree["nodes"]) == 8 and tree["jobs"][0]["result"]["stats"]["levels"] == 2
+
+
 def test_plan_errors_are_problem_documents(served: Served) -> None:
     with served.client() as client:
         plan_id = client.post("/plans", json={"title": "X", "auto_decompose": False}).json()["id"]

@@ -55,6 +55,12 @@ def test_a_paused_run_is_approved_and_goes_on(served: Served) -> None:
         view = finished(client, run_id)
         assert view["status"] == "paused" and view["approval"]["kind"] == "tool"
         assert view["approval"]["subject"]["tool"] == "publish"
+        edited = client.post(
+            f"/runs/{run_id}/approve", json={"plan": {"kind": "plan", "steps": []}}
+        )
+        assert edited.status_code == 409
+        assert "replan strategy only" in edited.json()["detail"]
+        assert client.get(f"/runs/{run_id}").json()["status"] == "paused"  # nothing written
         approved = client.post(f"/runs/{run_id}/approve")
         assert approved.status_code == 202, approved.text
         view = finished(client, run_id, ("ok", "stopped"))
@@ -214,3 +220,18 @@ def test_the_openapi_document_lists_every_endpoint(served: Served) -> None:
     assert (
         "text/event-stream" in paths["/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]
     )
+
+
+def test_the_choices_a_client_has(served: Served) -> None:
+    with served.client() as client:
+        toolsets = client.get("/toolsets").json()["toolsets"]
+        models = client.get("/models").json()
+        health = client.get("/health").json()
+    assert [t["name"] for t in toolsets] == ["demo"]
+    assert sorted(tool["name"] for tool in toolsets[0]["tools"]) == ["block", "publish", "work"]
+    assert models == {
+        "models": list(served.config.models),
+        "default": served.config.models[0],
+        "chat": False,
+    }
+    assert health == {"ok": True}
