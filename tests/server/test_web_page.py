@@ -87,6 +87,10 @@ def test_the_page_follows_runs_approvals_and_a_growing_tree(
         done = {s["id"]: s["t"] for s in page.evaluate("window.__states") if s["state"] == "done"}
         assert set(done) == {"a", "b", "c", "d"}
         assert max(done["a"], done["b"]) + 300 < done["c"] and done["c"] + 300 < done["d"]
+        running = {
+            s["id"]: s["t"] for s in page.evaluate("window.__states") if s["state"] == "running"
+        }
+        assert running["c"] < done["c"] and running["d"] < done["d"]  # shown running first
 
         # A run that waits for a human: the page shows the call, the human approves it.
         page.fill("#goal", "an approval run")

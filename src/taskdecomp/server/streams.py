@@ -11,8 +11,9 @@ A plan's stream sends a ``node`` event for every node of the tree, in the order 
 written (the node id is the SSE ``id``), ``removed`` when nodes disappear (an overwrite),
 and ``decomposition`` when a decomposition of the plan starts or ends.
 
-Both poll the store: quickly while events flow, backing off to ``poll_seconds`` while
-nothing happens, and both end when the server shuts down.
+Both read the store: again at once when a run this process executes emits an event, else
+quickly while events flow, backing off to ``poll_seconds`` while nothing happens (a run
+another process owns, a plan); both end when the server shuts down.
 """
 
 from __future__ import annotations

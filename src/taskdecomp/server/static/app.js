@@ -159,6 +159,24 @@ function setState(stepId, state) {
   current.states[stepId] = state;
   const node = document.querySelector(`#dag .node[data-step-id="${CSS.escape(stepId)}"]`);
   if (node) node.dataset.state = state;
+  inferRunning();
+}
+
+// A step's StepStarted is stored with its checkpoint, so while a run is in flight a step
+// whose dependencies are all done is shown running (it is, unless max_parallel holds it).
+function inferRunning() {
+  const run = current;
+  if (!run || run.kind !== "run" || !run.view || run.view.status !== "running") return;
+  const plan = run.view.plan || [];
+  const deps = dependencies(plan);
+  for (const step of plan) {
+    if (run.states[step.id] && run.states[step.id] !== "pending") continue;
+    if (deps[step.id].every((dep) => run.states[dep] === "done")) {
+      run.states[step.id] = "running";
+      const node = document.querySelector(`#dag .node[data-step-id="${CSS.escape(step.id)}"]`);
+      if (node) node.dataset.state = "running";
+    }
+  }
 }
 
 function clearWaiting() {
@@ -193,16 +211,26 @@ async function refreshRun() {
   const resumable = view.status === "interrupted" || (view.status === "stopped" && ["cancelled", "max_seconds"].includes(view.stop_reason));
   $("resume-run").hidden = !resumable;
   $("cancel-run").hidden = !(view.status === "running" && view.active);
+  if (view.status === "running") inferRunning();
+  else for (const [id, state] of Object.entries(run.states)) if (state === "running") setState(id, "pending");
 }
 
-function levels(plan) {
+// What each step waits for: its depends_on in a DAG plan, else the step before it.
+function dependencies(plan) {
   const dag = plan.some((s) => Array.isArray(s.depends_on));
-  const level = {};
+  const deps = {};
   plan.forEach((step, index) => {
-    const deps = dag ? (step.depends_on || []) : (index ? [plan[index - 1].id] : []);
-    level[step.id] = deps.length ? 1 + Math.max(...deps.map((d) => level[d] ?? 0)) : 0;
-    step._deps = deps;
+    deps[step.id] = dag ? (step.depends_on || []) : (index ? [plan[index - 1].id] : []);
   });
+  return deps;
+}
+
+function levels(plan, deps) {
+  const level = {};
+  for (const step of plan) {
+    const mine = deps[step.id];
+    level[step.id] = mine.length ? 1 + Math.max(...mine.map((d) => level[d] ?? 0)) : 0;
+  }
   return level;
 }
 
@@ -212,7 +240,8 @@ function drawDag(plan) {
   const defs = document.createElementNS(SVG, "defs");
   defs.innerHTML = '<marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#8893a6"/></marker>';
   svg.append(defs);
-  const level = levels(plan);
+  const deps = dependencies(plan);
+  const level = levels(plan, deps);
   const rows = {};
   const where = {};
   const W = 170, H = 46, GX = 50, GY = 16;
@@ -221,7 +250,7 @@ function drawDag(plan) {
     const row = rows[col] = (rows[col] ?? -1) + 1;
     where[step.id] = { x: 10 + col * (W + GX), y: 10 + row * (H + GY) };
   }
-  for (const step of plan) for (const dep of step._deps) {
+  for (const step of plan) for (const dep of deps[step.id]) {
     if (!where[dep]) continue;
     const a = where[dep], b = where[step.id];
     const path = document.createElementNS(SVG, "path");
