@@ -21,7 +21,8 @@ def chat_config(config, tmp_path: Path, **changes: Any):
         tmp_path / "chat.json",
         ("user-1: plan the conference$", act(CREATE, "On it.", title="Conference")),
         ("user-2: just a plan$", act(CREATE, title="Bare", auto_decompose=False)),
-        ("user-3: split node 1$", act("task_operation/decompose_task", plan_id=1, node_id=1)),
+        ("user-2: just a plan.*Created plan #1.*user-3: split node 1$",  # needs the history
+         act("task_operation/decompose_task", plan_id=1, node_id=1)),
         ("user-4: run the dag$", act("run_operation/start_run", goal="dag", toolset="demo")),
         ("user-5: use my file$", act("run_operation/start_run", goal="dag", toolset="/etc/passwd")),
         ("user-6: do odd things$", {"reply": "Trying.", "actions": [
@@ -37,6 +38,7 @@ def chat_config(config, tmp_path: Path, **changes: Any):
         ("user-9: broken$", {"reply": "x", "actions": "not a list"}),
         ("user-10: show plan 1$", act("plan_operation/get_plan", plan_id=1)),
         ("user-11: show run nope$", act("run_operation/get_run", run_id="nope")),
+        ("user-12: fail$", {"error": "timeout"}),
         default={"reply": "I did not understand.", "actions": []},
     )  # fmt: skip
     allowed = tuple(a for a in config.chat_actions if a != "run_operation/approve_run")
@@ -121,3 +123,11 @@ def test_chat_is_off_without_a_chat_model(served: Served) -> None:
         bad = client.post("/chat", json={"text": "hi"})
     assert response.status_code == 404 and "--chat-model" in response.json()["detail"]
     assert bad.status_code == 422
+
+
+def test_a_failing_chat_model_is_a_502_problem(config, tmp_path) -> None:
+    with Served(chat_config(config, tmp_path)) as server, server.client() as client:
+        response = client.post("/chat", json={"message": "user-12: fail"})
+    assert response.status_code == 502
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["detail"] == "the chat model failed: scripted timeout"
