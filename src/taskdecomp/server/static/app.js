@@ -138,7 +138,6 @@ async function selectRun(runId) {
 }
 
 function onRunEvent(message) {
-  const run = current;
   const data = message.data.data || {};
   const item = document.createElement("li");
   item.textContent = message.event === "end" ? "end" : `${message.id} ${message.event} ${JSON.stringify(data)}`;
@@ -151,7 +150,6 @@ function onRunEvent(message) {
       refreshRun(); break;
     default: break;
   }
-  void run;
 }
 
 function setState(stepId, state) {
