@@ -10,11 +10,11 @@ import sys
 
 import click
 
-from taskdecomp.cli import approvals, runs, trees
+from taskdecomp.cli import approvals, runs, serve, trees
 from taskdecomp.cli._app import EXIT_INTERRUPTED, EXIT_USAGE, app
 from taskdecomp.errors import ConfigError
 
-__all__ = ["app", "approvals", "main", "runs", "trees"]
+__all__ = ["app", "approvals", "main", "runs", "serve", "trees"]
 
 
 def main(argv: list[str] | None = None) -> None:
