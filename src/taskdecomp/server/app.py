@@ -164,7 +164,7 @@ def _run_routes(app: FastAPI, service: Service) -> None:
     @app.post("/runs/{run_id}/reject", tags=["runs"])
     async def reject_run(run_id: RunPath, rejection: RejectIn) -> dict[str, Any]:
         """End a paused run with approval_rejected."""
-        runs.reject(run_id, rejection.reason)
+        await runs.reject(run_id, rejection.reason)
         return runs.view(run_id)
 
     @app.get(

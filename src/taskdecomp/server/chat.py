@@ -201,7 +201,7 @@ class ChatAgent:
 
     async def _reject_run(self, args: Any) -> Outcome:
         assert isinstance(args, RejectRunArgs)
-        self.service.runs.reject(args.run_id, args.reason)
+        await self.service.runs.reject(args.run_id, args.reason)
         return f"Rejected run {args.run_id}.", self.service.runs.view(args.run_id)
 
     async def _finished(self, job: Job) -> str:

@@ -48,6 +48,10 @@ def canonical_model(spec: str) -> str:
     return spec
 
 
+_WRAP_UP_SECONDS = 5.0
+"""How long a request waits for a run task that has stored its end to finish wrapping up."""
+
+
 class RunService:
     """The runs of one service process.
 
@@ -136,7 +140,7 @@ class RunService:
             Problem: 409 when the run waits for approval, has ended, runs here already, or
                 was started with a toolset or model this server does not offer.
         """
-        stored = self._idle(run_id)
+        stored = await self._idle(run_id)
         if stored.summary.status == "paused":
             raise Problem(
                 409,
@@ -170,7 +174,7 @@ class RunService:
             Problem: 409 when the run is not paused or runs here.
             ConfigError: the edited plan is refused (409, nothing written).
         """
-        stored = self._idle(run_id)
+        stored = await self._idle(run_id)
         toolset, model = self._stored_parts(stored)
         await self._launch(
             stored.run_id,
@@ -185,13 +189,13 @@ class RunService:
             ),
         )
 
-    def reject(self, run_id: str, reason: str) -> RunResult:
+    async def reject(self, run_id: str, reason: str) -> RunResult:
         """End a paused run with ``approval_rejected``.
 
         Raises:
             ConfigError: the run is not waiting for approval (409).
         """
-        self._idle(run_id)
+        await self._idle(run_id)
         return reject(
             run_id, store=self.store, reason=reason, lease_seconds=self.config.lease_seconds
         )
@@ -313,8 +317,17 @@ class RunService:
         if error is not None:
             logger.warning("run %s ended with %s: %s", run_id, type(error).__name__, error)
 
-    def _idle(self, run_id: str) -> StoredRun:
+    async def _idle(self, run_id: str) -> StoredRun:
+        """The stored run, once no task of this process executes it.
+
+        A task whose run is already stored as ended or paused is only wrapping up (its lease,
+        its streams): wait for it briefly rather than report the run as executing.
+        """
         stored = self.store.load_run(RunId(run_id))
+        task = self._active.get(RunId(run_id))
+        if task is not None and stored.summary.status != "running":
+            await asyncio.wait({task}, timeout=_WRAP_UP_SECONDS)
+            stored = self.store.load_run(RunId(run_id))
         if self.is_active(run_id):
             raise Problem(409, f"run {run_id!r} is executing in this server now")
         return stored
