@@ -7,20 +7,44 @@
 (b) 8 independent 100 ms steps, then one step that depends on all of them, with a model
     latency of 200 ms: wall time over the ideal of 2 model calls + 2 tool latencies
     (target at most 1.05).
+(c) The 50-step plan stored and checkpointed (every tenth step ``unsafe``), on a SQLite
+    file and on PostgreSQL (``--pg``, default ``$TEST_PG_URL``): wall time per step with
+    every write fenced by the run's lease, against the same store with the lease dropped
+    from every write, interleaved, best of each; the difference is the lease's share (target
+    a few percent; below the noise of a shared disk, which ``bench/store.py`` measures
+    write by write).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
+import tempfile
 import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from taskdecomp import Budget, ScriptedModel, Toolset, run
+from taskdecomp import Budget, ScriptedModel, Toolset, run, tool
+from taskdecomp.plan import Plan
+from taskdecomp.run import RunId, RunResult
+from taskdecomp.store import (
+    AttemptStart,
+    Checkpoint,
+    EventRecord,
+    Lease,
+    SqlStore,
+    open_store,
+)
 
 TARGET_OVERHEAD_US = 100
 TARGET_FANOUT_RATIO = 1.05
+TARGET_LEASE_SHARE = 0.05
 
 
 def _plan(steps: int, tool: str, *, dag: bool = False) -> dict[str, Any]:
@@ -50,14 +74,22 @@ async def sleep_100ms(n: int) -> int:
     return n
 
 
-async def _timed_run(plan: dict[str, Any], tools: Toolset, latency_ms: float = 0) -> float:
+@tool(side_effects="unsafe")
+async def noop_unsafe(n: int) -> int:
+    """Do nothing, at most once (its intent is committed first)."""
+    return n
+
+
+async def _timed_run(
+    plan: dict[str, Any], tools: Toolset, latency_ms: float = 0, store: SqlStore | None = None
+) -> float:
     steps = len(plan["steps"])
     budget = Budget(
         max_plan_steps=steps, max_execute_steps=steps, max_tool_calls=steps, max_seconds=120
     )
     model = ScriptedModel(responses=[plan, "done"], latency_ms=latency_ms)
     started = time.perf_counter()
-    result = await run("bench", tools=tools, model=model, budget=budget)
+    result = await run("bench", tools=tools, model=model, budget=budget, store=store)
     elapsed = time.perf_counter() - started
     if not result.ok:
         raise SystemExit(f"benchmark run failed: {result.stop_reason} {result.message}")
@@ -70,13 +102,13 @@ def _best(plan: dict[str, Any], tools: Toolset, repeat: int, latency_ms: float =
 
 def overhead_rows(repeat: int) -> list[tuple[str, str, str, str]]:
     rows = []
-    for label, tool, dag in (
+    for label, func, dag in (
         ("async no-op tools, sequential", noop_async, False),
         ("async no-op tools, DAG (all ready)", noop_async, True),
         ("sync no-op tools (thread pool), sequential", noop_sync, False),
     ):
-        name = tool.__name__
-        tools = Toolset.from_functions([tool])  # loaded once, as a user's toolset is
+        name = func.__name__
+        tools = Toolset.from_functions([func])  # loaded once, as a user's toolset is
         t50 = _best(_plan(50, name, dag=dag), tools, repeat)
         t3 = _best(_plan(3, name, dag=dag), tools, repeat)
         per_step = t50 / 50 * 1e6
@@ -106,9 +138,102 @@ def fanout_row(repeat: int) -> tuple[str, str, str, str]:
     return (f"{wall * 1000:.1f} ms", f"{ideal * 1000:.0f} ms", f"{ratio:.3f}", verdict)
 
 
+class UnfencedStore(SqlStore):
+    """The same store with the lease dropped from every write: the baseline of (c)."""
+
+    def save_plan(
+        self,
+        run_id: RunId,
+        plan: Plan,
+        *,
+        events: Sequence[EventRecord],
+        lease: Lease | None = None,
+    ) -> None:
+        """Store the plan, unfenced."""
+        super().save_plan(run_id, plan, events=events)
+
+    def record_intent(
+        self, run_id: RunId, attempt: AttemptStart, *, lease: Lease | None = None
+    ) -> int:
+        """Commit an intent, unfenced."""
+        return super().record_intent(run_id, attempt)
+
+    def checkpoint(
+        self, run_id: RunId, checkpoint: Checkpoint, *, lease: Lease | None = None
+    ) -> None:
+        """Checkpoint, unfenced."""
+        super().checkpoint(run_id, checkpoint)
+
+    def finish_run(
+        self,
+        run_id: RunId,
+        result: RunResult,
+        *,
+        events: Sequence[EventRecord],
+        lease: Lease | None = None,
+        approvals: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Finish the run, unfenced (it still ends the lease)."""
+        super().finish_run(run_id, result, events=events, approvals=approvals)
+
+
+@contextmanager
+def _stores(backend: str, pg: str) -> Iterator[tuple[SqlStore, SqlStore]]:
+    """A fenced and an unfenced store on one fresh database of ``backend``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        url, schema = f"sqlite:///{Path(tmp) / 'bench.db'}", ""
+        if backend == "postgresql":
+            import psycopg
+
+            schema = f"bench_{uuid.uuid4().hex[:12]}"
+            with psycopg.connect(pg, autocommit=True) as conn:
+                conn.execute(f"CREATE SCHEMA {schema}")
+            separator = "&" if "?" in pg else "?"
+            url = f"{pg}{separator}options={quote(f'-csearch_path={schema}')}"
+        fenced, unfenced = open_store(url), UnfencedStore(url)
+        try:
+            yield fenced, unfenced
+        finally:
+            fenced.close()
+            unfenced.close()
+            if schema:
+                with psycopg.connect(pg, autocommit=True) as conn:
+                    conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def lease_rows(repeat: int, pg: str) -> list[tuple[str, str, str, str, str]]:
+    plan = _plan(50, "noop_async")
+    for step in plan["steps"][9::10]:
+        step["tool"] = "noop_unsafe"
+    tools = Toolset.from_functions([noop_async, noop_unsafe])
+    rows = []
+    for backend in ("sqlite", "postgresql") if pg else ("sqlite",):
+        with _stores(backend, pg) as (fenced, unfenced):
+            walls: dict[str, list[float]] = {"fenced": [], "unfenced": []}
+            pair = (("fenced", fenced), ("unfenced", unfenced))
+            for n in range(repeat * 4):  # interleaved, so the disk's drift hits both alike
+                for name, store in pair if n % 2 else pair[::-1]:
+                    walls[name].append(asyncio.run(_timed_run(plan, tools, store=store)))
+        with_lease, without = min(walls["fenced"]), min(walls["unfenced"])
+        share = with_lease / without - 1
+        verdict = "ok" if share <= TARGET_LEASE_SHARE else "MISS"
+        rows.append(
+            (
+                backend,
+                f"{with_lease / 50 * 1000:.3f} ms",
+                f"{without / 50 * 1000:.3f} ms",
+                f"{share * 100:+.1f}%",
+                verdict,
+            )
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per figure (best/median)")
+    default_pg = os.environ.get("TEST_PG_URL", "postgresql://postgres@127.0.0.1/test")
+    parser.add_argument("--pg", default=default_pg, help="PostgreSQL URL for (c) ('' to skip)")
     args = parser.parse_args()
 
     print(f"(a) orchestration overhead, 50-step plan, best of {args.repeat}")
@@ -120,6 +245,12 @@ def main() -> None:
     wall, ideal, ratio, verdict = fanout_row(args.repeat)
     print(f"{'wall':>10} {'ideal':>10} {'ratio':>8}  target <={TARGET_FANOUT_RATIO}")
     print(f"{wall:>10} {ideal:>10} {ratio:>8}  {verdict}")
+    print()
+    print(f"(c) stored 50-step run, writes fenced by the lease or not, best of {args.repeat * 4}")
+    target = f"target <={TARGET_LEASE_SHARE:.0%}"
+    print(f"{'backend':<12} {'fenced':>10} {'unfenced':>10} {'lease':>8}  {target}")
+    for backend, with_lease, without, share, verdict in lease_rows(args.repeat, args.pg):
+        print(f"{backend:<12} {with_lease:>10} {without:>10} {share:>8}  {verdict}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Embedded-model benchmark: plan latency, speed, and how often plans pass the policy boundary.
 
     python bench/models.py [--goals 20] [--modes schema,none] [--model local]
+                           [--strategy plan_execute|replan] [--threads N]
 
 Runs the planner on the embedded model (SmolLM2-135M-Instruct unless ``--model
 local:PATH.gguf``) for 20 different goals with the sales toolset, once per constraint mode:
@@ -14,6 +15,15 @@ plans that parse, the share that pass the policy boundary (target with the gramm
 and the share that are also *right* for their goal (every tool the goal needs, and the
 goal's month and manager id in the arguments). The combine call is scripted, so only the
 plan call is measured; the tools still run.
+
+With ``--strategy replan`` every model call of the ``replan`` strategy is the embedded model:
+planner, replanner and executor agent, within ``max_iterations=3`` and ``max_agent_turns=3``.
+For each mode and phase it prints the answers produced, how many did not parse (a stop
+``invalid_plan:non_json``, ``invalid_replan:non_json``, ``invalid_action:non_json``,
+``<family>:truncated`` or ``llm_empty``, counted in the phase of the run's last model call),
+the share that passed the policy boundary (a stop ``invalid_plan:*``, ``invalid_replan:*``,
+``invalid_action:*`` or ``bad_ref:*`` refuses an answer), and the median seconds per call
+(target with the grammar: no answer fails to parse).
 """
 
 from __future__ import annotations
@@ -28,9 +38,16 @@ from pathlib import Path
 from taskdecomp import Budget, ModelCalled, RunResult, ScriptedModel, load_toolset, run
 from taskdecomp.events import Event
 from taskdecomp.models.local import Constraint, LocalModel
+from taskdecomp.strategies.replan import ReplanOptions
 
 SALES_TOOLS = Path(__file__).resolve().parent.parent / "examples" / "sales_report" / "tools.py"
 TARGET_POLICY_PASS_WITH_GRAMMAR = 1.0
+REPLAN_OPTIONS = ReplanOptions(max_iterations=3, max_agent_turns=3)
+REPLAN_PHASES = ("plan", "replan", "execute")
+UNPARSED = frozenset(
+    {"invalid_plan:non_json", "invalid_replan:non_json", "invalid_action:non_json", "llm_empty"}
+)
+REFUSED = ("invalid_plan", "invalid_replan", "invalid_action", "bad_ref")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -245,17 +262,94 @@ def print_table(model: LocalModel, tallies: list[Tally]) -> None:
         print(f"{t.mode}: {reasons}")
 
 
-async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--goals", type=int, default=len(GOALS), help="how many goals (max 20)")
-    parser.add_argument("--modes", default="schema,none", help="schema, json and/or none")
-    parser.add_argument("--model", default="local", help="local or local:PATH.gguf")
-    args = parser.parse_args()
-    path = args.model.partition(":")[2] or None
-    modes: list[Constraint] = [m for m in ("schema", "json", "none") if m in args.modes.split(",")]
+@dataclass
+class PhaseTally:
+    """The answers of one model phase of the ``replan`` strategy, in one mode."""
+
+    answers: int = 0
+    unparsed: int = 0
+    refused: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+
+@dataclass
+class ReplanTally:
+    """Results of one mode with ``--strategy replan``."""
+
+    mode: str
+    runs: int = 0
+    phases: dict[str, PhaseTally] = field(
+        default_factory=lambda: {phase: PhaseTally() for phase in REPLAN_PHASES}
+    )
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def unparsed(self) -> int:
+        """Answers that did not parse, in all phases."""
+        return sum(phase.unparsed for phase in self.phases.values())
+
+
+async def measure_replan(model: LocalModel, goal: Goal, tally: ReplanTally) -> str:
+    """Run ``goal`` with the replan strategy; tally its answers; return its stop reason."""
+    calls: list[ModelCalled] = []
+
+    def collect(event: Event) -> None:
+        if isinstance(event, ModelCalled):
+            calls.append(event)
+
+    result = await run(
+        goal.text,
+        tools=load_toolset(SALES_TOOLS),
+        model=model,
+        budget=Budget(max_seconds=600),
+        strategy="replan",
+        replan=REPLAN_OPTIONS,
+        on_event=collect,
+    )
+    tally.runs += 1
+    reason = str(result.stop_reason)
+    tally.reasons[reason] = tally.reasons.get(reason, 0) + 1
+    for call in calls:
+        if call.ok:
+            tally.phases[call.phase].answers += 1
+            tally.phases[call.phase].latencies.append(call.seconds)
+    if not calls or not calls[-1].ok:
+        return reason
+    last = tally.phases[result.llm_phase or calls[-1].phase]
+    if reason in UNPARSED or reason.endswith(":truncated"):
+        last.unparsed += 1
+    elif reason.partition(":")[0] in REFUSED:
+        last.refused += 1
+    return reason
+
+
+def print_replan_table(model: LocalModel, tallies: list[ReplanTally]) -> None:
+    print(f"model: {model.name} ({model.path.name}); strategy: replan; goals: {tallies[0].runs}")
+    header = (
+        f"{'grammar':<8} {'phase':<8} {'answers':>7} {'unparsed':>8} {'policy':>7} {'p50 s':>7}"
+    )
+    print(header)
+    print("-" * len(header))
+    for t in tallies:
+        for name, phase in t.phases.items():
+            p50 = f"{statistics.median(phase.latencies):.2f}" if phase.latencies else "-"
+            passed = phase.answers - phase.unparsed - phase.refused
+            print(
+                f"{t.mode:<8} {name:<8} {phase.answers:>7} {phase.unparsed:>8} "
+                f"{share(passed, phase.answers):>7} {p50:>7}"
+            )
+    print()
+    for t in tallies:
+        reasons = ", ".join(f"{k} x{v}" for k, v in sorted(t.reasons.items(), key=lambda i: -i[1]))
+        print(f"{t.mode}: {reasons}")
+
+
+async def main_plan_execute(
+    path: str | None, modes: list[Constraint], args: argparse.Namespace
+) -> int:
     tallies = []
     for mode in modes:
-        model = LocalModel(path, constrain=mode)
+        model = LocalModel(path, constrain=mode, n_threads=args.threads)
         model.load()
         tally = Tally(mode=mode)
         for goal in GOALS[: args.goals]:
@@ -267,6 +361,41 @@ async def main() -> int:
         print(f"below target: {schema.passed}/{schema.runs} plans passed with the grammar")
         return 1
     return 0
+
+
+async def main_replan(path: str | None, modes: list[Constraint], args: argparse.Namespace) -> int:
+    tallies = []
+    for mode in modes:
+        model = LocalModel(path, constrain=mode, n_threads=args.threads)
+        model.load()
+        tally = ReplanTally(mode=mode)
+        for goal in GOALS[: args.goals]:
+            reason = await measure_replan(model, goal, tally)
+            if args.progress:
+                print(f"  {mode} goal {tally.runs}/{args.goals}: {reason}", flush=True)
+        tallies.append(tally)
+    print_replan_table(LocalModel(path), tallies)
+    schema = next((t for t in tallies if t.mode == "schema"), None)
+    if schema is not None and schema.unparsed:
+        print(f"below target: {schema.unparsed} answers did not parse with the grammar")
+        return 1
+    return 0
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--goals", type=int, default=len(GOALS), help="how many goals (max 20)")
+    parser.add_argument("--modes", default="schema,none", help="schema, json and/or none")
+    parser.add_argument("--model", default="local", help="local or local:PATH.gguf")
+    parser.add_argument("--strategy", choices=("plan_execute", "replan"), default="plan_execute")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    parser.add_argument("--progress", action="store_true", help="print a line per goal")
+    args = parser.parse_args()
+    path = args.model.partition(":")[2] or None
+    modes: list[Constraint] = [m for m in ("schema", "json", "none") if m in args.modes.split(",")]
+    if args.strategy == "replan":
+        return await main_replan(path, modes, args)
+    return await main_plan_execute(path, modes, args)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ it around every step:
   and events in one transaction, before the next step can start;
 - :meth:`Attempt.failed` and :meth:`Attempt.cancelled` record attempts that ended otherwise.
 
+A journal holds its run's :class:`~taskdecomp.store.base.Lease`: every write is fenced by it,
+:func:`leased` renews it while the run is in flight and gives it up at the end. Once a write
+or a renewal finds the run taken over, the journal writes nothing more, and every write,
+tool call and model call it is asked for stops the run with ``lease_lost`` instead.
+
 Writes are synchronous and short (about a millisecond a checkpoint on SQLite, see
 ``bench/store.py``): a write cannot be torn by the cancellation of the task that makes it,
 and writes happen in the order the engine made them.
@@ -18,18 +23,29 @@ and writes happen in the order the engine made them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import secrets
+import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, assert_never
+from typing import Any, TypeVar, assert_never
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from taskdecomp import stops
 from taskdecomp.budget import Budget, Usage
-from taskdecomp.errors import ConfigError, CorruptRecordError, StoreError, StoreValueError
+from taskdecomp.errors import (
+    ConfigError,
+    CorruptRecordError,
+    LeaseLostError,
+    StoreError,
+    StoreValueError,
+)
 from taskdecomp.events import (
     AgentTurn,
     ApprovalDecided,
@@ -53,6 +69,7 @@ from taskdecomp.store.base import (
     AttemptState,
     Checkpoint,
     EventRecord,
+    Lease,
     NewRun,
     Store,
     StoredRun,
@@ -65,13 +82,73 @@ logger = logging.getLogger(__name__)
 MAX_STORED_ERROR_CHARS = 100_000
 """A stored error message longer than this is cut (the run's own result keeps it whole)."""
 
+MIN_LEASE_SECONDS = 0.1
+"""The shortest lease a run may take (it is renewed every third of its length)."""
+
+_T = TypeVar("_T")
+
+
+def new_owner_id() -> str:
+    """A lease owner id: host name, process id and a random suffix, e.g. ``box:4242:9f3a1c``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def lease_seconds(seconds: float) -> float:
+    """``seconds`` as a lease length.
+
+    Raises:
+        ConfigError: it is shorter than :data:`MIN_LEASE_SECONDS` (or not a number).
+    """
+    if not seconds >= MIN_LEASE_SECONDS:  # also refuses NaN
+        raise ConfigError(
+            f"lease_seconds {seconds!r} is too short; give at least {MIN_LEASE_SECONDS} "
+            "(TASKDECOMP_LEASE_SECONDS on the command line; the default is 30)"
+        )
+    return float(seconds)
+
+
+def take_over(store: Store, run_id: RunId, *, seconds: float) -> tuple[Lease, StoredRun]:
+    """Acquire a stored run's lease, then read the run as its previous owner left it.
+
+    Raises:
+        RunLeasedError: another process holds the run and its lease has not expired.
+        ConfigError: ``seconds`` is too short.
+        StoreError: the store cannot be read or written.
+    """
+    lease = store.acquire_lease(run_id, owner=new_owner_id(), ttl=lease_seconds(seconds))
+    try:
+        return lease, store.load_run(run_id)
+    except BaseException:
+        store.release_lease(lease)
+        raise
+
+
+@asynccontextmanager
+async def leased(journal: Journal | None) -> AsyncIterator[None]:
+    """Renew ``journal``'s lease every third of its length while the body runs.
+
+    On the way out the lease is given up if the run did not finish (it raised), so another
+    process may resume it at once; a finished run's lease ended with it. ``None`` (a run
+    kept in memory only) does nothing.
+    """
+    if journal is None:
+        yield
+        return
+    beat = asyncio.create_task(journal.heartbeat(), name=f"lease of run {journal.run_id}")
+    try:
+        yield
+    finally:
+        beat.cancel()
+        await asyncio.gather(beat, return_exceptions=True)
+        journal.release()
+
 
 class Journal:
-    """Writes one segment of a run to ``store``.
+    """Writes one segment of a run to ``store``, fenced by the run's lease.
 
     Args:
         store: where the run is kept.
-        run_id: the run.
+        lease: this process's lease on the run (from creating or taking it over).
         segment: 1 for a new run, 2 for its first resume, and so on.
         usage: what the run has spent so far (stored with each checkpoint).
         now: wall clock for event times.
@@ -80,18 +157,23 @@ class Journal:
     def __init__(
         self,
         store: Store,
-        run_id: RunId,
+        lease: Lease,
         *,
         segment: int,
         usage: Callable[[], Usage],
         now: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
-        self.run_id = run_id
+        self.run_id = lease.run_id
+        self.lease = lease
+        """The lease as last renewed."""
+        self.lost: LeaseLostError | None = None
+        """Why the lease is lost, once a write or a renewal found the run taken over."""
         self.segment = segment
         self._usage = usage
         self._now = now
         self._events: list[EventRecord] = []
+        self._ended = False
 
     def __call__(self, event: Event) -> None:
         """Keep ``event`` for the next write (the journal is an event subscriber)."""
@@ -106,16 +188,49 @@ class Journal:
         events, self._events = self._events, []
         return events
 
+    def check(self) -> None:
+        """Stop the run if its lease is known to be lost.
+
+        Raises:
+            StopRun: ``lease_lost``, naming the run's new owner.
+        """
+        if self.lost is not None:
+            raise StopRun(stops.LEASE_LOST, message=str(self.lost))
+
     def reopened(self) -> None:
-        """Mark the stored run ``running`` again for this segment."""
-        self.store.reopen_run(self.run_id, segment=self.segment, events=self.drain())
+        """Mark the stored run ``running`` again for this segment.
+
+        Raises:
+            LeaseLostError: the run was taken over right after this process acquired it.
+        """
+        try:
+            self.store.reopen_run(
+                self.run_id, segment=self.segment, events=self.drain(), lease=self.lease
+            )
+        except LeaseLostError as exc:
+            self.lost = exc
+            raise
 
     def plan_created(self, plan: Plan) -> None:
-        """Store the validated plan."""
-        self.store.save_plan(self.run_id, plan, events=self.drain())
+        """Store the validated plan.
+
+        Raises:
+            StopRun: ``lease_lost``: another process owns the run.
+        """
+        self.fenced(
+            lambda: self.store.save_plan(self.run_id, plan, events=self.drain(), lease=self.lease)
+        )
 
     def begin(self, step_no: int, step: Step, *, side_effects: SideEffects, key: str) -> Attempt:
-        """Start an attempt at ``step``; for an ``unsafe`` tool, commit the intent first."""
+        """Start an attempt at ``step``; for an ``unsafe`` tool, commit the intent first.
+
+        The intent is the fence before an ``unsafe`` call: when it cannot be written, the
+        tool is not called.
+
+        Raises:
+            StopRun: ``lease_lost``: another process owns the run.
+        """
+        self.check()
         start = AttemptStart(
             step_no=step_no,
             step_id=step.id,
@@ -125,28 +240,118 @@ class Journal:
         )
         attempt_id = None
         if side_effects == "unsafe":
-            attempt_id = self.store.record_intent(self.run_id, start)
+            attempt_id = self.fenced(
+                lambda: self.store.record_intent(self.run_id, start, lease=self.lease)
+            )
         return Attempt(self, start, attempt_id)
 
     def step_done(self, entry: HistoryEntry) -> None:
-        """Checkpoint a step that finished without a call of its own (an instruction step)."""
-        self.store.save_step(self.run_id, entry, usage=self.usage(), events=self.drain())
+        """Checkpoint a step that finished without a call of its own (an instruction step).
+
+        Raises:
+            StopRun: ``lease_lost``: another process owns the run; nothing was written.
+        """
+        self.fenced(
+            lambda: self.store.save_step(
+                self.run_id, entry, usage=self.usage(), events=self.drain(), lease=self.lease
+            )
+        )
 
     def state_saved(
         self, plan: Plan, state: Mapping[str, Any], *, approvals: Mapping[str, Any]
     ) -> None:
-        """Checkpoint the strategy's state, the run's current plan and its approvals."""
-        self.store.save_state(
-            self.run_id, plan, state, approvals=approvals, usage=self.usage(), events=self.drain()
+        """Checkpoint the strategy's state, the run's current plan and its approvals.
+
+        Raises:
+            StopRun: ``lease_lost``: another process owns the run; nothing was written.
+        """
+        self.fenced(
+            lambda: self.store.save_state(
+                self.run_id,
+                plan,
+                state,
+                approvals=approvals,
+                usage=self.usage(),
+                events=self.drain(),
+                lease=self.lease,
+            )
         )
 
-    def finished(self, result: RunResult, *, approvals: Mapping[str, Any] | None = None) -> None:
-        """Store how the run ended (with its approvals, when it had any)."""
-        self.store.finish_run(self.run_id, result, events=self.drain(), approvals=approvals)
+    def finished(
+        self, result: RunResult, *, approvals: Mapping[str, Any] | None = None
+    ) -> RunResult:
+        """Store how the run ended, which ends the lease; return the result to hand back.
+
+        ``approvals`` are stored with it when the run had any. The result is ``result``
+        itself, unless another process owns the run: then nothing is stored and the result
+        is a ``lease_lost`` stop naming the new owner.
+        """
+        if self.lost is None:
+            try:
+                self.store.finish_run(
+                    self.run_id,
+                    result,
+                    events=self.drain(),
+                    lease=self.lease,
+                    approvals=approvals,
+                )
+            except LeaseLostError as exc:
+                self.lost = exc
+            else:
+                self._ended = True
+                return result
+        return replace(
+            result,
+            status="stopped",
+            stop_reason=stops.LEASE_LOST,
+            answer=None,
+            message=str(self.lost),
+        )
+
+    async def heartbeat(self) -> None:
+        """Renew the lease every third of its length until cancelled, lost or ended."""
+        while self.lost is None and not self._ended:
+            await asyncio.sleep(self.lease.ttl / 3)
+            self.renew()
+
+    def renew(self) -> None:
+        """Renew the lease now; a lost lease is remembered, a store failure only logged."""
+        if self.lost is not None or self._ended:
+            return
+        try:
+            self.lease = self.store.renew_lease(self.lease)
+        except LeaseLostError as exc:
+            self.lost = exc
+            logger.warning("%s", exc)
+        except StoreError:
+            logger.exception("could not renew the lease on run %r; trying again", self.run_id)
+
+    def release(self) -> None:
+        """Give the lease up, unless the run finished or another process owns it."""
+        if self.lost is not None or self._ended:
+            return
+        self._ended = True
+        try:
+            self.store.release_lease(self.lease)
+        except StoreError:
+            logger.exception("could not release the lease on run %r", self.run_id)
 
     def usage(self) -> Usage:
         """What the run has spent so far, across segments."""
         return self._usage()
+
+    def fenced(self, write: Callable[[], _T]) -> _T:
+        """Run a fenced store write; a lost lease stops the run.
+
+        Raises:
+            StopRun: ``lease_lost``: the lease was lost before or by this write.
+        """
+        self.check()
+        try:
+            return write()
+        except LeaseLostError as exc:
+            self.lost = exc
+            raise StopRun(stops.LEASE_LOST, message=str(exc)) from exc
 
 
 class Attempt:
@@ -179,21 +384,31 @@ class Attempt:
 
         The call's trace, the step's result (when the call ended the step), usage, events,
         and the strategy's state when given (an executor agent's turn).
+
+        Raises:
+            StopRun: ``lease_lost``: another process owns the run; nothing was written.
         """
         self._write("ok", entry, history, state)
 
     def failed(self, entry: TraceEntry) -> None:
-        """The tool failed or the gateway refused it; the outcome is known."""
+        """The tool failed or the gateway refused it; the outcome is known.
+
+        Raises:
+            StopRun: ``lease_lost``: another process owns the run; nothing was written.
+        """
         self._write("failed", entry, None)
 
     def cancelled(self, entry: TraceEntry) -> None:
         """The attempt was cancelled before it ended; an ``unsafe`` outcome stays unknown.
 
         A failed write is logged, not raised, so the cancellation goes on; the attempt then
-        reads as a crash, which resume treats the same way.
+        reads as a crash, which resume treats the same way. Without the lease nothing is
+        written.
         """
         try:
             self._write("cancelled", entry, None)
+        except StopRun:
+            pass  # the lease is lost: the run's new owner decides about this attempt
         except StoreError:
             logger.exception("could not record the cancelled attempt at %r", self._start.step_id)
 
@@ -217,7 +432,9 @@ class Attempt:
             events=journal.drain(),
             strategy_state=strategy_state,
         )
-        journal.store.checkpoint(journal.run_id, checkpoint)
+        journal.fenced(
+            lambda: journal.store.checkpoint(journal.run_id, checkpoint, lease=journal.lease)
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -10,14 +10,17 @@
     │       ├── RunNotFoundError    no stored run has that id
     │       ├── StoreValueError     a value cannot be stored (too long for the store)
     │       ├── CorruptRecordError  a stored row does not decode; it is never guessed at
-    │       └── TreeNotFoundError   no stored plan tree or node has that id
+    │       ├── TreeNotFoundError   no stored plan tree or node has that id
+    │       ├── RunLeasedError      another live process owns the run (its lease has not expired)
+    │       └── LeaseLostError      this process's lease on a run was taken over; nothing written
     ├── ModelError                  a model call failed (adapters convert SDK errors here)
     │   └── ModelTimeoutError       the model did not answer in time
     └── StrictJSONError             a value has no strict JSON form (NaN, infinity, not JSON)
 
 Run failures that belong in a result (a denied tool, a bad plan, a spent budget) are not
 exceptions: they end the run with a stop reason (:mod:`taskdecomp.stops`). A
-:class:`ModelError` raised inside a run becomes ``llm_error:<kind>`` or ``llm_timeout``.
+:class:`ModelError` raised inside a run becomes ``llm_error:<kind>`` or ``llm_timeout``;
+a :class:`LeaseLostError` inside a run becomes ``lease_lost``.
 """
 
 from __future__ import annotations
@@ -57,6 +60,36 @@ class CorruptRecordError(StoreError):
 
 class TreeNotFoundError(StoreError):
     """No stored plan tree (or node) has the given id."""
+
+
+class RunLeasedError(StoreError):
+    """Another process owns the run and its lease has not expired: it is in flight elsewhere.
+
+    Args:
+        message: names the run and the owner, and says when to try again.
+        owner: the owner id holding the lease.
+        expires_in: seconds until the lease expires, unless its owner renews it.
+    """
+
+    def __init__(self, message: str, *, owner: str, expires_in: float) -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.expires_in = expires_in
+
+
+class LeaseLostError(StoreError):
+    """A fenced write found the run owned by someone else (a newer epoch); nothing was written.
+
+    Args:
+        message: names the run, the new owner and both epochs.
+        owner: who took the run's current epoch (it may have released the run since).
+        epoch: the run's lease epoch now.
+    """
+
+    def __init__(self, message: str, *, owner: str | None, epoch: int) -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.epoch = epoch
 
 
 class ModelError(TaskdecompError):

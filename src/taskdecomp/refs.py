@@ -52,6 +52,11 @@ def refs_in(args: Any) -> Iterator[str]:
             stack.extend(value)
 
 
+def has_refs(args: Any) -> bool:
+    """Whether ``args`` holds a reference anywhere."""
+    return next(refs_in(args), None) is not None
+
+
 def check_refs(step: Step, reachable: Collection[TaskId]) -> None:
     """Refuse a reference to a step that ``step`` does not wait for.
 
@@ -75,7 +80,7 @@ def resolve_refs(step: Step, observations: Mapping[TaskId, Any]) -> Mapping[str,
     Raises:
         StopRun: ``bad_ref:<step>`` when a step has no result or the pointer does not resolve.
     """
-    if not any(True for _ in refs_in(step.args)):
+    if not has_refs(step.args):
         return step.args
     resolved = _substitute(dict(step.args), step, observations)
     if not isinstance(resolved, dict):

@@ -91,8 +91,11 @@ class RunContext:
         Raises:
             StopRun: ``max_llm_calls``, ``max_tokens``, ``max_cost``, ``llm_timeout``,
                 ``llm_empty``, ``llm_error:<kind>`` or ``<family>:truncated`` for a plan, replan
-                or executor answer cut off by the length limit.
+                or executor answer cut off by the length limit; and ``lease_lost`` before
+                calling, once another process owns the run.
         """
+        if self.journal is not None:
+            self.journal.check()
         phase = request.phase
         chosen = model or self.model
         tokens = estimate_tokens(request.text())

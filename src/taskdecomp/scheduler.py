@@ -31,7 +31,7 @@ from taskdecomp.durable import Attempt
 from taskdecomp.events import StepFinished, StepStarted
 from taskdecomp.gateway import args_hash
 from taskdecomp.plan import Plan, Step, TaskId
-from taskdecomp.refs import refs_in, resolve_refs
+from taskdecomp.refs import has_refs, resolve_refs
 from taskdecomp.run import HistoryEntry, TraceEntry
 from taskdecomp.runtime import RunContext
 from taskdecomp.stops import StopRun
@@ -238,7 +238,7 @@ async def call_tool(
     key = f"{ctx.run_id}:{call_id}"
     attempt: Attempt | None = None
     try:
-        if finishes and any(True for _ in refs_in(args)):
+        if finishes and has_refs(args):
             args = resolve_refs(step, {h.plan_step.id: h.observation for h in ctx.history})
             digest = args_hash(args)
         _approve(ctx, step.id, tool, args)
@@ -289,7 +289,7 @@ def waits_for_approval(step: Step, ctx: RunContext) -> StopRun | None:
         return None
     args: Mapping[str, Any] = step.args
     try:
-        if any(True for _ in refs_in(args)):
+        if has_refs(args):
             args = resolve_refs(step, {h.plan_step.id: h.observation for h in ctx.history})
         _approve(ctx, step.id, step.tool, args)
     except StopRun as stop:

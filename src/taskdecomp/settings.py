@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from taskdecomp.budget import Budget
 from taskdecomp.decomposition import DecompOptions
 from taskdecomp.errors import ConfigError
+from taskdecomp.store.base import DEFAULT_LEASE_SECONDS
 
 BUDGET_FIELDS = tuple(f.name for f in fields(Budget))
 
@@ -59,6 +60,9 @@ class Settings(BaseSettings):
     busy_timeout: float = Field(default=5.0, gt=0)
     """Seconds to wait for a SQLite store locked by another process
     (``TASKDECOMP_BUSY_TIMEOUT``)."""
+    lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, gt=0)
+    """How long a stored run's lease outlives a process that died, so another ``resume``
+    may take it over (``TASKDECOMP_LEASE_SECONDS``)."""
 
     def data_dir(self) -> Path:
         """:attr:`home`, else the platform's user data directory for taskdecomp."""

@@ -166,6 +166,12 @@ CODES: tuple[StopCode, ...] = (
         detail=None,
         meaning="A human rejected the plan or the tool call; see `message`.",
     ),
+    StopCode(
+        family="lease_lost",
+        detail=None,
+        meaning="Another process took the run over after this one's lease expired; this "
+        "process stopped without writing, and the store keeps the new owner's outcome.",
+    ),
 )
 """Every family of stop reasons, in the order the docs list them."""
 
@@ -185,6 +191,7 @@ CANCELLED = StopReason("cancelled")
 MAX_ITERATIONS = StopReason("max_iterations")
 AWAITING_APPROVAL = StopReason("awaiting_approval")
 APPROVAL_REJECTED = StopReason("approval_rejected")
+LEASE_LOST = StopReason("lease_lost")
 
 
 def with_detail(family: str, detail: str) -> StopReason:

@@ -85,7 +85,12 @@ def rules_script(tmp_path: Path, *rules: tuple[str, Any], name: str = "script.js
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "tools.py").write_text(TOOLSET)
-    return {**os.environ, "REPLAN_TEST_LOG": str(tmp_path / "calls.log")}
+    # a short lease, so a resume after a kill -9 waits about a second for the dead owner's
+    return {
+        **os.environ,
+        "REPLAN_TEST_LOG": str(tmp_path / "calls.log"),
+        "TASKDECOMP_LEASE_SECONDS": "1",
+    }
 
 
 def cli(env: dict[str, str], *argv: str, timeout: float = 120) -> tuple[int, str, str]:
@@ -103,6 +108,29 @@ def cli(env: dict[str, str], *argv: str, timeout: float = 120) -> tuple[int, str
 def calls(tmp_path: Path) -> list[str]:
     log = tmp_path / "calls.log"
     return log.read_text().splitlines() if log.exists() else []
+
+
+def approve_then_kill(
+    env: dict[str, str], tmp_path: Path, run_id: str, db: str, *, when: str
+) -> None:
+    """Approve ``run_id`` in a process that is killed (-9) once ``when`` is in the call log;
+    then release the blocking tools and let the dead owner's lease expire."""
+    code = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, "approve", run_id, "--db", db],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while when not in calls(tmp_path):
+        assert time.monotonic() < deadline, f"the run never reached {when!r}"
+        assert child.poll() is None, "the approve process ended early"
+        time.sleep(0.05)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    (tmp_path / "calls.release").touch()
+    time.sleep(1.5)  # the dead owner's lease (1 s) expires
 
 
 def test_run_with_the_replan_strategy_prints_the_answer(tmp_path: Path) -> None:
@@ -238,21 +266,7 @@ def test_resume_after_kill_9_in_the_middle_of_the_loop(tmp_path: Path, env: dict
     assert code == 3  # the revision changed the plan: asked once, for the new plan
     revised = json.loads(out)["approval"]
     assert revised["kind"] == "plan" and revised["subject"]["plan"][0]["id"] == "s3"
-    code_str = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
-    child = subprocess.Popen(
-        [sys.executable, "-c", code_str, "approve", run_id, "--db", db, "--json"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    while "block key=c" not in calls(tmp_path):
-        assert time.monotonic() < deadline, "the run never reached the blocking step"
-        assert child.poll() is None, "the approve process ended early"
-        time.sleep(0.05)
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
-    (tmp_path / "calls.release").touch()
+    approve_then_kill(env, tmp_path, run_id, db, when="block key=c")
 
     code, out, err = cli(env, "resume", run_id, "--db", db, "--json")
     assert code == 0, err  # no approval asked again after the crash
@@ -315,20 +329,7 @@ def test_an_approved_call_is_not_asked_again_after_a_crash(
     code, out, _ = cli(env, "run", "Publish b", *base)
     assert code == 3
     run_id = json.loads(out)["run_id"]
-    code_str = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
-    child = subprocess.Popen(
-        [sys.executable, "-c", code_str, "approve", run_id, "--db", db],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    while "publish key=b" not in calls(tmp_path):
-        assert time.monotonic() < deadline and child.poll() is None
-        time.sleep(0.05)
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
-    (tmp_path / "calls.release").touch()
+    approve_then_kill(env, tmp_path, run_id, db, when="publish key=b")
     code, out, err = cli(env, "resume", run_id, "--db", db, "--json")
     assert code == 0, err  # the approval was stored when it was given
     assert json.loads(out)["answer"] == "Published."

@@ -5,7 +5,8 @@ every call to a ledger file) and is killed: before an intent is committed, after
 a tool's effect, after the tool returned and after a checkpoint, plus at seeded random
 moments. Then ``resume`` runs in this process. Every run must end in a terminal state,
 unsafe tools must have run at most once per step, idempotent tools must always have seen
-the same key, and ``PRAGMA integrity_check`` must say ``ok`` after every kill.
+the same key, and ``PRAGMA integrity_check`` must say ``ok`` after every kill. A killed
+child's lease outlives it: the resume is refused until it expires, then takes the run over.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from taskdecomp.errors import RunNotFoundError
+from taskdecomp.errors import RunLeasedError, RunNotFoundError
 from taskdecomp.run import RunId
 from taskdecomp.store import SqlStore, open_store
 from taskdecomp.strategies.plan_execute import resume
@@ -34,6 +35,7 @@ HERE = Path(__file__).parent / "crash"
 SEED = 20260421
 TOOLS_BY_STEP = {1: "look", 2: "put", 3: "charge", 4: "look", 5: "put", 6: "charge"}
 POINTS = ("before_intent", "after_intent", "after_effect", "after_return", "after_checkpoint")
+LEASE = 1.0
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ def test_killed_runs_resume_without_repeating_unsafe_calls(
     script = tmp_path / "script.json"
     write_script(script)
     monkeypatch.setenv("CRASH_DELAY", "0.03")
+    monkeypatch.setenv("CRASH_LEASE", str(LEASE))
     outcomes: Counter[str] = Counter()
     kills = schedule()
     assert len(kills) >= 20
@@ -121,23 +124,30 @@ def test_killed_runs_resume_without_repeating_unsafe_calls(
         code = run_child(kill, url=url, run_id=run_id, script=script, tmp=tmp_path)
         assert kill.at == "random" or code == -signal.SIGKILL, (kill, code)
         assert integrity(db) == "ok", kill
-        outcomes[check_resumed(url, run_id, calls, kill)] += 1
+        outcomes[check_resumed(url, run_id, calls, kill, outcomes)] += 1
         assert integrity(db) == "ok", kill
     # after_intent, after_effect and after_return on steps 3 and 6 leave an unsafe call in
     # doubt; every other deterministic kill resumes to success
     assert outcomes["interrupted_unknown_outcome"] >= 6, outcomes
     assert outcomes["success"] >= 12, outcomes
+    # the deterministic kills all leave a live lease; most resumes start before it expires
+    assert outcomes["waited_for_lease"] >= 12, outcomes
 
 
-def check_resumed(url: str, run_id: str, calls: Path, kill: Kill) -> str:
+def check_resumed(url: str, run_id: str, calls: Path, kill: Kill, outcomes: Counter[str]) -> str:
     """Resume one killed run and check the ledger; return how it ended."""
     store: SqlStore = open_store(url)
     try:
         try:
-            result = asyncio.run(resume(run_id, store=store))
+            result = asyncio.run(resume(run_id, store=store, lease_seconds=LEASE))
         except RunNotFoundError:
             assert kill.at == "random" and ledger(calls) == [], kill
             return "not_started"
+        except RunLeasedError as refused:  # the killed child's lease has not expired yet
+            assert refused.expires_in <= LEASE, (kill, refused)
+            outcomes["waited_for_lease"] += 1
+            time.sleep(refused.expires_in + 0.05)
+            result = asyncio.run(resume(run_id, store=store, lease_seconds=LEASE))
         stored = store.load_run(RunId(run_id))
     finally:
         store.close()

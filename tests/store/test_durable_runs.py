@@ -13,7 +13,7 @@ from taskdecomp import Budget, ConfigError, ModelRequest, ModelResponse, Scripte
 from taskdecomp.errors import CorruptRecordError, StoreError
 from taskdecomp.events import Event, StepFinished
 from taskdecomp.run import RunId, RunResult
-from taskdecomp.store import Checkpoint, SqlStore, codec, schema
+from taskdecomp.store import Checkpoint, Lease, SqlStore, codec, schema
 from taskdecomp.strategies.plan_execute import resume, run
 
 
@@ -313,10 +313,12 @@ def test_a_run_without_a_store_is_unchanged(store: SqlStore) -> None:
 class FailingCancelStore(SqlStore):
     """A store that cannot record cancelled attempts (its disk filled up, say)."""
 
-    def checkpoint(self, run_id: RunId, checkpoint: Checkpoint) -> None:
+    def checkpoint(
+        self, run_id: RunId, checkpoint: Checkpoint, *, lease: Lease | None = None
+    ) -> None:
         if checkpoint.state == "cancelled":
             raise StoreError("the disk is full")
-        super().checkpoint(run_id, checkpoint)
+        super().checkpoint(run_id, checkpoint, lease=lease)
 
 
 def test_a_cancelled_attempt_that_cannot_be_recorded_still_ends_the_run(

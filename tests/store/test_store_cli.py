@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -94,10 +96,15 @@ def crash(project: Path, tool_name: str, *argv: str) -> None:
     exe = Path(sys.executable).with_name("taskdecomp")
     tools, script = (project / "tools.py", project / "script.json")
     default = ("--tools", str(tools), "--model", f"scripted:{script}")
+    env = {**os.environ, "TASKDECOMP_LEASE_SECONDS": "0.5"}  # the dead owner's lease is short
     proc = subprocess.run(
-        [str(exe), "run", "the goal", *(argv or default)], capture_output=True, timeout=60
+        [str(exe), "run", "the goal", *(argv or default)],
+        capture_output=True,
+        timeout=60,
+        env=env,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
+    time.sleep(1.0)  # ... and expired before anyone resumes the run
 
 
 def ledger(project: Path) -> list[str]:

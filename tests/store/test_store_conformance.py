@@ -3,25 +3,39 @@
 from __future__ import annotations
 
 import itertools
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import create_engine, func, insert, select, update
 
 from taskdecomp import stops
 from taskdecomp.budget import Usage
-from taskdecomp.errors import CorruptRecordError, RunNotFoundError, StoreError, StoreValueError
+from taskdecomp.errors import (
+    CorruptRecordError,
+    LeaseLostError,
+    RunLeasedError,
+    RunNotFoundError,
+    StoreError,
+    StoreValueError,
+)
 from taskdecomp.plan import Plan, Step, TaskId
 from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
 from taskdecomp.store import (
     AttemptStart,
     Checkpoint,
     EventRecord,
+    Lease,
     NewRun,
     SqlStore,
     codec,
+    normalize_url,
     open_store,
+    rows,
     schema,
 )
 
@@ -356,3 +370,223 @@ def test_a_checkpoint_is_one_transaction(store: SqlStore) -> None:
         checkpoint_ok(store, plan, 1, "again")  # the attempt is written, then the step clashes
     assert (count(store, schema.attempts), count(store, schema.events)) == before
     assert store.load_run(RunId("r1")).history[0].observation == "first"
+
+
+# --- leases: one owner per run ---------------------------------------------------------------
+
+
+class Clock:
+    """The store's clock, moved by hand."""
+
+    def __init__(self, at: float = 1000.0) -> None:
+        self.at = at
+
+    def __call__(self) -> float:
+        return self.at
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def timed(store_url: str, clock: Clock) -> Iterator[SqlStore]:
+    """A store on each backend whose clock the test moves."""
+    opened = open_store(store_url, now=clock)
+    yield opened
+    opened.close()
+
+
+def holder(store: SqlStore, run_id: str = "r1") -> Lease | None:
+    return store.load_run(RunId(run_id)).lease
+
+
+def test_a_run_created_with_an_owner_is_leased_to_it_at_epoch_1(timed: SqlStore) -> None:
+    lease = timed.create_run(new_run(), owner="host:1:a", ttl=30)
+    assert lease == Lease(run_id=RunId("r1"), owner="host:1:a", epoch=1, ttl=30, expires_at=1030.0)
+    assert holder(timed) == lease
+    assert timed.create_run(new_run("r2")) is None
+    assert holder(timed, "r2") is None
+    assert timed.load_run(RunId("r1")).to_dict()["lease"] == {
+        "owner": "host:1:a",
+        "epoch": 1,
+        "expires_at": 1030.0,
+    }
+
+
+def test_a_free_run_is_acquired_at_the_next_epoch(timed: SqlStore) -> None:
+    timed.create_run(new_run())
+    lease = timed.acquire_lease(RunId("r1"), owner="b", ttl=5)
+    assert (lease.owner, lease.epoch, lease.expires_at) == ("b", 1, 1005.0)
+    assert holder(timed) == lease
+    with pytest.raises(RunNotFoundError, match="no run 'nope'"):
+        timed.acquire_lease(RunId("nope"), owner="b", ttl=5)
+
+
+def test_a_live_lease_refuses_another_owner_and_names_its_owner(
+    timed: SqlStore, clock: Clock
+) -> None:
+    lease = timed.create_run(new_run(), owner="host:1:a", ttl=30)
+    clock.at = 1029.5
+    with pytest.raises(
+        RunLeasedError,
+        match=r"run 'r1' is in flight in another process: its owner 'host:1:a' holds the "
+        r"lease for 0\.5s more",
+    ) as refused:
+        timed.acquire_lease(RunId("r1"), owner="host:2:b", ttl=30)
+    assert (refused.value.owner, refused.value.expires_in) == ("host:1:a", 0.5)
+    assert holder(timed) == lease
+
+
+def test_an_expired_lease_is_taken_over_at_a_higher_epoch(timed: SqlStore, clock: Clock) -> None:
+    timed.create_run(new_run(), owner="a", ttl=30)
+    clock.at = 1030.5
+    taken = timed.acquire_lease(RunId("r1"), owner="b", ttl=10)
+    assert (taken.owner, taken.epoch, taken.ttl, taken.expires_at) == ("b", 2, 10, 1040.5)
+    assert holder(timed) == taken
+
+
+def test_renewals_and_fenced_writes_keep_a_lease_alive(timed: SqlStore, clock: Clock) -> None:
+    lease = timed.create_run(new_run(), owner="a", ttl=10)
+    clock.at = 1008.0
+    renewed = timed.renew_lease(lease)
+    assert renewed == replace(lease, expires_at=1018.0) == holder(timed)
+    clock.at = 1015.0
+    timed.save_plan(RunId("r1"), make_plan("s1"), events=[], lease=renewed)
+    clock.at = 1024.0
+    with pytest.raises(RunLeasedError, match=r"'a' holds the lease for 1\.0s more"):
+        timed.acquire_lease(RunId("r1"), owner="b", ttl=10)
+
+
+def _stale_writes(plan: Plan) -> dict[str, Any]:
+    """Every write a run makes, as the stale owner would make it."""
+    step = plan.steps[1]
+    history = HistoryEntry(step_no=2, plan_step=step, observation="late")
+    late = Checkpoint(
+        attempt=start("s2", 2),
+        attempt_id=None,
+        state="ok",
+        trace=trace("s2", 2),
+        history=history,
+        usage=Usage(tool_calls=9),
+        events=[EventRecord(kind="StepFinished", at=1.0, data={})],
+    )
+    result = RunResult(run_id=RunId("r1"), status="ok", stop_reason=stops.SUCCESS, answer="late")
+    event = [EventRecord(kind="Late", at=1.0, data={})]
+    return {
+        "checkpoint": lambda s, a: s.checkpoint(RunId("r1"), late, lease=a),
+        "intent": lambda s, a: s.record_intent(RunId("r1"), start("s2", 2, "unsafe"), lease=a),
+        "plan": lambda s, a: s.save_plan(RunId("r1"), plan, events=event, lease=a),
+        "finish": lambda s, a: s.finish_run(RunId("r1"), result, events=event, lease=a),
+        "reopen": lambda s, a: s.reopen_run(RunId("r1"), segment=2, events=event, lease=a),
+        "renew": lambda s, a: s.renew_lease(a),
+    }
+
+
+@pytest.mark.parametrize("write", ["checkpoint", "intent", "plan", "finish", "reopen", "renew"])
+def test_a_fenced_write_from_a_stale_epoch_raises_and_writes_nothing(
+    timed: SqlStore, clock: Clock, write: str
+) -> None:
+    plan = make_plan("s1", "s2")
+    stale = timed.create_run(new_run(), owner="host:1:a", ttl=30)
+    timed.save_plan(RunId("r1"), plan, events=[], lease=stale)
+    checkpoint_ok(timed, plan, 1, "first")  # a finished step, so there is something to keep
+    clock.at = 1031.0
+    current = timed.acquire_lease(RunId("r1"), owner="host:2:b", ttl=30)
+    tables = (schema.plans, schema.steps, schema.attempts, schema.events)
+    before = [count(timed, table) for table in tables], timed.load_run(RunId("r1")).to_dict()
+    with pytest.raises(
+        LeaseLostError,
+        match=r"run 'r1' is no longer held by 'host:1:a' \(epoch 1\): 'host:2:b' took it over "
+        r"at epoch 2 after that lease expired; this process stopped without writing",
+    ) as lost:
+        _stale_writes(plan)[write](timed, stale)
+    assert (lost.value.owner, lost.value.epoch) == ("host:2:b", 2)
+    after = [count(timed, table) for table in tables], timed.load_run(RunId("r1")).to_dict()
+    assert after == before
+    assert holder(timed) == current
+
+
+def test_the_current_owner_writes_through_the_fence(timed: SqlStore) -> None:
+    plan = make_plan("s1", "s2")
+    lease = timed.create_run(new_run(), owner="a", ttl=30)
+    writes = _stale_writes(plan)
+    for name in ("plan", "intent", "checkpoint", "renew", "finish"):
+        writes[name](timed, lease)
+    stored = timed.load_run(RunId("r1"))
+    assert (stored.summary.status, stored.answer, stored.lease) == ("ok", "late", None)
+    assert stored.finished_steps() == {"s2"}
+
+
+def test_a_release_frees_the_run_at_once_and_a_stale_release_does_nothing(
+    timed: SqlStore,
+) -> None:
+    first = timed.create_run(new_run(), owner="a", ttl=30)
+    timed.release_lease(first)
+    assert holder(timed) is None
+    second = timed.acquire_lease(RunId("r1"), owner="b", ttl=30)  # the clock has not moved
+    assert second.epoch == 2
+    timed.release_lease(first)
+    assert holder(timed) == second
+
+
+def test_finishing_a_run_ends_its_lease(timed: SqlStore) -> None:
+    lease = timed.create_run(new_run(), owner="a", ttl=30)
+    finish(timed, Plan(steps=()))
+    assert holder(timed) is None
+    with pytest.raises(LeaseLostError, match="that lease was given up"):
+        timed.renew_lease(lease)
+    assert timed.acquire_lease(RunId("r1"), owner="b", ttl=30).epoch == 2
+
+
+def test_two_owners_racing_for_an_expired_lease_get_one_epoch_each_at_most(
+    store_url: str,
+) -> None:
+    setup = open_store(store_url, now=lambda: 1000.0)
+    setup.create_run(new_run(), owner="dead", ttl=1)
+    setup.close()
+    stores = [open_store(store_url) for _ in range(4)]
+    barrier = threading.Barrier(len(stores))
+
+    def take(store: SqlStore, owner: str) -> Lease | str:
+        barrier.wait()
+        try:
+            return store.acquire_lease(RunId("r1"), owner=owner, ttl=60)
+        except RunLeasedError as exc:
+            return exc.owner
+
+    with ThreadPoolExecutor(len(stores)) as pool:
+        outcomes = list(pool.map(take, stores, [f"o{n}" for n in range(len(stores))]))
+    winners = [o for o in outcomes if isinstance(o, Lease)]
+    assert len(winners) == 1 and winners[0].epoch == 2
+    assert outcomes.count(winners[0].owner) == len(stores) - 1  # the others name the winner
+    stored = holder(stores[0])
+    assert stored is not None and (stored.owner, stored.epoch) == (winners[0].owner, 2)
+    for store in stores:
+        store.close()
+
+
+def test_a_version_2_store_gains_leases_and_keeps_its_runs(store_url: str) -> None:
+    url = normalize_url(store_url)
+    if url.database and url.get_backend_name() == "sqlite":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        schema.migrations.create(conn)
+        for migration in schema.MIGRATIONS[:2]:
+            migration.apply(conn)
+            conn.execute(
+                insert(schema.migrations).values(
+                    version=migration.version, name=migration.name, applied_at=0
+                )
+            )
+        row = rows.new_run(new_run(), now=1.0)
+        old = {k: v for k, v in row.items() if k not in schema.LEASE_COLUMNS}
+        conn.execute(insert(schema.runs).values(**old))
+    engine.dispose()
+    store = open_store(store_url)
+    stored = store.load_run(RunId("r1"))
+    assert (stored.summary.status, stored.lease) == ("running", None)
+    assert store.acquire_lease(RunId("r1"), owner="a", ttl=5).epoch == 1
+    store.close()

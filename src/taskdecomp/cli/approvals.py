@@ -35,9 +35,16 @@ def approve_command(run_id: str, plan_file: Path | None, as_json: bool, db: str 
     Ctrl-C.
     """
     plan = _read_plan(plan_file) if plan_file is not None else None
-    with open_run_store(load_settings(), db) as store:
+    settings = load_settings()
+    with open_run_store(settings, db) as store:
         return until_done(
-            lambda on_event: approve(run_id, store=store, plan=plan, on_event=on_event),
+            lambda on_event: approve(
+                run_id,
+                store=store,
+                plan=plan,
+                on_event=on_event,
+                lease_seconds=settings.lease_seconds,
+            ),
             as_json=as_json,
             db=db,
         )
@@ -50,8 +57,9 @@ def approve_command(run_id: str, plan_file: Path | None, as_json: bool, db: str 
 @DB_OPTION
 def reject_command(run_id: str, reason: str, as_json: bool, db: str | None) -> int:
     """End RUN_ID, which waits for approval, with stop reason approval_rejected."""
-    with open_run_store(load_settings(), db) as store:
-        result = reject(run_id, store=store, reason=reason)
+    settings = load_settings()
+    with open_run_store(settings, db) as store:
+        result = reject(run_id, store=store, reason=reason, lease_seconds=settings.lease_seconds)
     return report(result, as_json=as_json)
 
 

@@ -137,6 +137,7 @@ def run_command(
         openai_settings=openai_settings,
     )
     allowed = names(allow)
+    durable.lease_seconds(settings.lease_seconds)  # refused here, before a store is created
     toolset = load_tools(tools)  # before the run: Ctrl-C in a slow import just exits
     with open_run_store(settings, db, create=True, quiet=as_json) as store:
         return until_done(
@@ -151,6 +152,7 @@ def run_command(
                 store=store,
                 strategy=strategy,
                 replan=replan,
+                lease_seconds=settings.lease_seconds,
             ),
             as_json=as_json,
             db=db,
@@ -306,13 +308,16 @@ def resume_command(
     """Continue RUN_ID after a crash, a kill or a max_seconds stop, without repeating steps.
 
     Finished steps are not run again. An unsafe step that started and left no result is not
-    called again: the run stops with interrupted_unknown_outcome:<step>. Exit code: 0 on
-    success, 1 when the run stopped, 2 on usage errors (an unknown run id, no store), 130 on
-    Ctrl-C.
+    called again: the run stops with interrupted_unknown_outcome:<step>. A run in flight in
+    another process is refused until its lease expires (TASKDECOMP_LEASE_SECONDS, 30 s after
+    that process died). Exit code: 0 on success, 1 when the run stopped, 2 on usage errors
+    (an unknown run id, no store, a run owned by another process, a run that waits for
+    approval), 130 on Ctrl-C.
     """
-    with open_run_store(load_settings(), db) as store:
+    settings = load_settings()
+    with open_run_store(settings, db) as store:
         stored = store.load_run(RunId(run_id))
-        if not stored.resumable:
+        if not stored.resumable and stored.summary.status != "paused":
             summary = stored.summary
             console(stderr=True).print(
                 literal(
@@ -338,6 +343,7 @@ def resume_command(
                 allow=names(allow),
                 budget=budget,
                 on_event=on_event,
+                lease_seconds=settings.lease_seconds,
             ),
             as_json=as_json,
             db=db,

@@ -92,6 +92,16 @@ def show_stored(console: Console, stored: StoredRun) -> None:
     pending = stored.pending_approval()
     if pending is not None:
         _approval(console, stored.run_id, pending)
+    if stored.lease is not None:
+        lease = stored.lease
+        console.print(
+            literal(
+                f"owner {lease.owner} · epoch {lease.epoch} · lease expires "
+                f"{when(lease.expires_at)}",
+                "dim",
+                limit=300,
+            )
+        )
     if stored.plan is not None:
         done = stored.finished_steps()
         console.print(

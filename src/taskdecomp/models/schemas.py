@@ -70,14 +70,15 @@ def plan_schema(
     """
     defs: dict[str, Any] = {}
     tools = [_tool_args(entry, defs) for entry in catalog]
-    last = first + max_steps - 1
-    for position in range(first, last + 1):
-        earlier = [*finished, *(step_id(n) for n in range(first, position))]
-        defs[step_id(position)] = _position(position, tools, earlier, instructions)
+    ids = [step_id(n) for n in range(first, first + max_steps)]
+    for index, position in enumerate(range(first, first + max_steps)):
+        earlier = [*finished, *ids[:index]]
+        defs[ids[index]] = _position(position, tools, earlier, instructions)
+    refs = [{"$ref": f"#/$defs/{name}"} for name in ids]
     lengths = [
         {
             "type": "array",
-            "prefixItems": [{"$ref": f"#/$defs/{step_id(n)}"} for n in range(first, first + count)],
+            "prefixItems": refs[:count],
             "items": False,
             "minItems": count,
             "maxItems": count,

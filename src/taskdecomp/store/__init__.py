@@ -8,12 +8,14 @@
 """
 
 from taskdecomp.store.base import (
+    DEFAULT_LEASE_SECONDS,
     RESUMABLE_STOPS,
     AttemptRecord,
     AttemptStart,
     AttemptState,
     Checkpoint,
     EventRecord,
+    Lease,
     NewRun,
     RunState,
     RunSummary,
@@ -28,7 +30,9 @@ __all__ = [
     "AttemptStart",
     "AttemptState",
     "Checkpoint",
+    "DEFAULT_LEASE_SECONDS",
     "EventRecord",
+    "Lease",
     "MAX_STORED_CHARS",
     "NewRun",
     "RESUMABLE_STOPS",

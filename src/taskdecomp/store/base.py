@@ -4,13 +4,18 @@ A store keeps runs durably: the run itself (goal, settings, status, stop reason,
 plan, one row per finished step (the history), one row per attempt at a step (the trace, and
 the intent committed before an ``unsafe`` call) and the run's events. Every write is one
 transaction. :class:`~taskdecomp.store.sql.SqlStore` implements it for SQLite and PostgreSQL.
+
+A run in flight is owned by one process at a time through a :class:`Lease` (owner, epoch,
+expiry, on the store's clock). Every write given a lease is *fenced*: it first checks, in
+its own transaction, that the run is still at that epoch and owner, and raises
+:class:`~taskdecomp.errors.LeaseLostError` with nothing written otherwise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, overload
 
 from taskdecomp import stops
 from taskdecomp.budget import Usage
@@ -28,6 +33,24 @@ AttemptState = Literal["started", "ok", "failed", "cancelled"]
 
 RESUMABLE_STOPS = frozenset({stops.MAX_SECONDS, stops.CANCELLED})
 """Stop reasons a run may be resumed from; any other stop is final."""
+
+DEFAULT_LEASE_SECONDS = 30.0
+"""How long a run's lease lasts without a renewal (renewed every third of it)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Lease:
+    """One process's ownership of a run; only the holder of the current epoch may write it."""
+
+    run_id: RunId
+    owner: str
+    """Who holds it: host name, process id and a random suffix."""
+    epoch: int
+    """Grows by one at every acquisition; a fenced write with an older one is refused."""
+    ttl: float
+    """Seconds each renewal extends the lease by."""
+    expires_at: float
+    """Store-clock time after which another process may take the run over."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -138,6 +161,8 @@ class StoredRun:
     """The strategy's own checkpointed state (``{"replan": {...}}``)."""
     approvals: Mapping[str, Any] = field(default_factory=dict)
     """``approved`` digests and the ``pending`` request, when the run had approvals."""
+    lease: Lease | None = None
+    """Who holds the run now (a run in flight, or one whose owner died), if anyone."""
 
     @property
     def run_id(self) -> RunId:
@@ -226,45 +251,126 @@ class StoredRun:
             started_at=summary.started_at,
             finished_at=summary.finished_at,
             state=dict(self.state),
+            lease=None
+            if self.lease is None
+            else {
+                "owner": self.lease.owner,
+                "epoch": self.lease.epoch,
+                "expires_at": self.lease.expires_at,
+            },
         )
         return data
 
 
 class Store(Protocol):
-    """Durable storage for runs. Every method is one transaction."""
+    """Durable storage for runs. Every method is one transaction.
 
-    def create_run(self, run: NewRun) -> None:
-        """Store a new run in the ``running`` state.
+    The writes a run makes while in flight take its ``lease`` and are fenced by it (see the
+    module docstring); ``lease=None`` writes unfenced, for tools and tests.
+    """
+
+    @overload
+    def create_run(self, run: NewRun) -> None: ...
+
+    @overload
+    def create_run(self, run: NewRun, *, owner: str, ttl: float) -> Lease: ...
+
+    def create_run(
+        self, run: NewRun, *, owner: str | None = None, ttl: float = DEFAULT_LEASE_SECONDS
+    ) -> Lease | None:
+        """Store a new run in the ``running`` state; with ``owner``, leased to it (epoch 1).
 
         Raises:
             StoreError: the id is taken, or the store cannot be written.
         """
         ...
 
-    def reopen_run(self, run_id: RunId, *, segment: int, events: Sequence[EventRecord]) -> None:
+    def acquire_lease(self, run_id: RunId, *, owner: str, ttl: float) -> Lease:
+        """Take the run's lease, at the next epoch, if nobody holds it or it has expired.
+
+        Raises:
+            RunNotFoundError: no run has this id.
+            RunLeasedError: another owner holds an unexpired lease.
+        """
+        ...
+
+    def renew_lease(self, lease: Lease) -> Lease:
+        """Extend ``lease`` by its ``ttl`` from now; return it with the new expiry.
+
+        Raises:
+            LeaseLostError: the run has another owner or a newer epoch.
+        """
+        ...
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give the run up, if ``lease`` still holds it (the epoch is kept)."""
+        ...
+
+    def reopen_run(
+        self,
+        run_id: RunId,
+        *,
+        segment: int,
+        events: Sequence[EventRecord],
+        lease: Lease | None = None,
+    ) -> None:
         """Mark a stored run ``running`` again, for segment ``segment`` of a resume.
 
         Raises:
             StoreError: the run is not at segment ``segment - 1`` (resumed elsewhere).
+            LeaseLostError: ``lease`` no longer holds the run.
         """
         ...
 
-    def save_plan(self, run_id: RunId, plan: Plan, *, events: Sequence[EventRecord]) -> None:
-        """Store the run's validated plan."""
+    def save_plan(
+        self,
+        run_id: RunId,
+        plan: Plan,
+        *,
+        events: Sequence[EventRecord],
+        lease: Lease | None = None,
+    ) -> None:
+        """Store the run's validated plan.
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run.
+        """
         ...
 
-    def record_intent(self, run_id: RunId, attempt: AttemptStart) -> int:
-        """Commit the intent to call a step's tool; return the attempt's id."""
+    def record_intent(
+        self, run_id: RunId, attempt: AttemptStart, *, lease: Lease | None = None
+    ) -> int:
+        """Commit the intent to call a step's tool; return the attempt's id.
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run; the tool must not be called.
+        """
         ...
 
-    def checkpoint(self, run_id: RunId, checkpoint: Checkpoint) -> None:
-        """Store how an attempt ended, with its trace, history entry, usage and events."""
+    def checkpoint(
+        self, run_id: RunId, checkpoint: Checkpoint, *, lease: Lease | None = None
+    ) -> None:
+        """Store how an attempt ended, with its trace, history entry, usage and events.
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run.
+        """
         ...
 
     def save_step(
-        self, run_id: RunId, entry: HistoryEntry, *, usage: Usage, events: Sequence[EventRecord]
+        self,
+        run_id: RunId,
+        entry: HistoryEntry,
+        *,
+        usage: Usage,
+        events: Sequence[EventRecord],
+        lease: Lease | None = None,
     ) -> None:
-        """Store a finished step that made no call of its own (an instruction step)."""
+        """Store a finished step that made no call of its own (an instruction step).
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run.
+        """
         ...
 
     def save_state(
@@ -276,8 +382,13 @@ class Store(Protocol):
         approvals: Mapping[str, Any],
         usage: Usage,
         events: Sequence[EventRecord],
+        lease: Lease | None = None,
     ) -> None:
-        """Store the run's current plan (replacing it), strategy state, approvals and usage."""
+        """Store the run's current plan (replacing it), strategy state, approvals and usage.
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run.
+        """
         ...
 
     def finish_run(
@@ -286,9 +397,14 @@ class Store(Protocol):
         result: RunResult,
         *,
         events: Sequence[EventRecord],
+        lease: Lease | None = None,
         approvals: Mapping[str, Any] | None = None,
     ) -> None:
-        """Store how the run ended (and its approvals, when given)."""
+        """Store how the run ended (and its approvals, when given) and release its lease.
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run.
+        """
         ...
 
     def load_run(self, run_id: RunId) -> StoredRun:

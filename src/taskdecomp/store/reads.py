@@ -24,6 +24,7 @@ from taskdecomp.store.base import (
     AttemptStart,
     AttemptState,
     EventRecord,
+    Lease,
     RunState,
     RunSummary,
     StoredRun,
@@ -85,6 +86,22 @@ def load_run(conn: Connection, run_id: RunId, *, store: str) -> StoredRun:
         approvals=(
             _mapping(row.approvals, f"{where}: runs.approvals") if row.approvals is not None else {}
         ),
+        lease=lease(row, run_id),
+    )
+
+
+def lease(row: AnyRow, run_id: RunId) -> Lease | None:
+    """The lease a ``runs`` row records, or ``None`` when nobody holds the run."""
+    if row.lease_owner is None or row.lease_expires_at is None:
+        return None
+    expires_at = float(row.lease_expires_at)
+    heartbeat = float(row.lease_heartbeat_at or expires_at)
+    return Lease(
+        run_id=run_id,
+        owner=decode_text(row.lease_owner, where=f"run {run_id!r}: runs.lease_owner"),
+        epoch=int(row.lease_epoch),
+        ttl=expires_at - heartbeat,
+        expires_at=expires_at,
     )
 
 

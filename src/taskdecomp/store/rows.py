@@ -29,8 +29,12 @@ def usage(value: Usage) -> str:
     return encode_json(asdict(value), what="usage")
 
 
-def new_run(run: NewRun, *, now: float) -> Row:
-    """The ``runs`` row of a run that starts."""
+def new_run(run: NewRun, *, now: float, owner: str | None = None, ttl: float = 0.0) -> Row:
+    """The ``runs`` row of a run that starts; leased to ``owner`` (epoch 1) when given."""
+    if owner is None:
+        lease = {"lease_owner": None, "lease_epoch": 0, **released()}
+    else:
+        lease = claim(owner, epoch=1, ttl=ttl, now=now)
     return {
         "id": key(run.run_id),
         "goal": encode_text(run.goal, what="the goal"),
@@ -45,7 +49,23 @@ def new_run(run: NewRun, *, now: float) -> Row:
         "started_at": now,
         "updated_at": now,
         "finished_at": None,
+        **lease,
     }
+
+
+def claim(owner: str, *, epoch: int, ttl: float, now: float) -> Row:
+    """The lease columns of a run ``owner`` takes at ``epoch``."""
+    return {
+        "lease_owner": encode_text(owner, what="the lease owner"),
+        "lease_epoch": epoch,
+        "lease_heartbeat_at": now,
+        "lease_expires_at": now + ttl,
+    }
+
+
+def released() -> Row:
+    """The lease columns of a run nobody holds; its epoch and last owner are kept."""
+    return {"lease_heartbeat_at": None, "lease_expires_at": None}
 
 
 def plan(run_id: RunId, value: Plan, *, now: float) -> Row:
@@ -112,7 +132,7 @@ def events(run_id: RunId, records: Sequence[EventRecord]) -> list[Row]:
 
 
 def finished(result: RunResult, *, now: float) -> Row:
-    """The ``runs`` columns a finished run updates."""
+    """The ``runs`` columns a finished run updates; its lease ends with it."""
     outcome = {
         "answer": result.answer,
         "raw_plan": result.raw_plan,
@@ -126,4 +146,5 @@ def finished(result: RunResult, *, now: float) -> Row:
         "result": encode_json(outcome, what="the run's result"),
         "updated_at": now,
         "finished_at": now,
+        **released(),
     }

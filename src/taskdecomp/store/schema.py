@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     Boolean,
@@ -31,6 +32,7 @@ from sqlalchemy import (
     select,
     text,
 )
+from sqlalchemy.schema import CreateColumn
 
 from taskdecomp.errors import StoreError
 
@@ -44,26 +46,43 @@ migrations = Table(
     Column("applied_at", Float, nullable=False),
 )
 
+
+def _run_columns() -> list[Column[Any]]:
+    """The ``runs`` columns of schema version 1 (fresh objects: a column has one table)."""
+    return [
+        Column("id", Text, primary_key=True),
+        Column("goal", Text, nullable=False),
+        Column("status", String(16), nullable=False),
+        Column("stop_reason", Text),
+        Column("model", Text),
+        Column("tools", Text),
+        Column("config", Text, nullable=False),
+        Column("usage", Text, nullable=False),
+        Column("result", Text),
+        Column("segments", Integer, nullable=False),
+        Column("started_at", Float, nullable=False),
+        Column("updated_at", Float, nullable=False),
+        Column("finished_at", Float),
+    ]
+
+
 runs = Table(
     "runs",
     metadata,
-    Column("id", Text, primary_key=True),
-    Column("goal", Text, nullable=False),
-    Column("status", String(16), nullable=False),
-    Column("stop_reason", Text),
-    Column("model", Text),
-    Column("tools", Text),
-    Column("config", Text, nullable=False),
-    Column("usage", Text, nullable=False),
-    Column("result", Text),
-    Column("segments", Integer, nullable=False),
-    Column("started_at", Float, nullable=False),
-    Column("updated_at", Float, nullable=False),
-    Column("finished_at", Float),
+    *_run_columns(),
+    # version 3: the lease of the process that runs it (see taskdecomp.store.leases)
+    Column("lease_owner", Text),
+    Column("lease_epoch", Integer, nullable=False, server_default="0"),
+    Column("lease_heartbeat_at", Float),
+    Column("lease_expires_at", Float),
+    # version 4: the strategy's checkpointed state, and the run's approvals
     Column("state", Text),
     Column("approvals", Text),
     Index("ix_runs_started_at", "started_at"),
 )
+
+LEASE_COLUMNS = ("lease_owner", "lease_epoch", "lease_heartbeat_at", "lease_expires_at")
+"""The ``runs`` columns migration 3 adds."""
 
 plans = Table(
     "plans",
@@ -137,23 +156,11 @@ plan_nodes = Table(
 )
 
 
-_V1_RUN_COLUMNS = frozenset(
-    {
-        "id", "goal", "status", "stop_reason", "model", "tools", "config", "usage",
-        "result", "segments", "started_at", "updated_at", "finished_at",
-    }
-)  # fmt: skip
-
-
 def _v1_initial(conn: Connection) -> None:
-    # Create runs as version 1 had it; later migrations add their columns.
-    v1_runs = Table("runs", MetaData())
-    for column in runs.columns:
-        if column.name in _V1_RUN_COLUMNS:
-            v1_runs.append_column(column._copy())
-    for index in runs.indexes:
-        Index(index.name, *(v1_runs.c[c.name] for c in index.columns))
-    v1_runs.create(conn)
+    # ``runs`` as version 1 made it: the live table has the columns later versions add
+    Table("runs", MetaData(), *_run_columns(), Index("ix_runs_started_at", "started_at")).create(
+        conn
+    )
     for table in (plans, steps, attempts, events):
         table.create(conn)
 
@@ -161,6 +168,12 @@ def _v1_initial(conn: Connection) -> None:
 def _v2_plan_trees(conn: Connection) -> None:
     plan_trees.create(conn)
     plan_nodes.create(conn)
+
+
+def _v3_run_leases(conn: Connection) -> None:
+    for name in LEASE_COLUMNS:
+        column = CreateColumn(runs.c[name]).compile(dialect=conn.dialect)
+        conn.execute(text(f"ALTER TABLE runs ADD COLUMN {column}"))
 
 
 def _v4_run_state(conn: Connection) -> None:
@@ -180,6 +193,7 @@ class Migration:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(version=1, name="runs, plans, steps, attempts, events", apply=_v1_initial),
     Migration(version=2, name="plan trees for the decomposer", apply=_v2_plan_trees),
+    Migration(version=3, name="run leases: one owner per run", apply=_v3_run_leases),
     Migration(version=4, name="strategy state and approvals of a run", apply=_v4_run_state),
 )
 """Every migration, oldest first. Append only."""

@@ -16,8 +16,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import (
     URL,
@@ -39,11 +40,13 @@ from taskdecomp.budget import Usage
 from taskdecomp.errors import StoreError
 from taskdecomp.plan import Plan
 from taskdecomp.run import HistoryEntry, RunId, RunResult
-from taskdecomp.store import reads, rows, schema
+from taskdecomp.store import leases, reads, rows, schema
 from taskdecomp.store.base import (
+    DEFAULT_LEASE_SECONDS,
     AttemptStart,
     Checkpoint,
     EventRecord,
+    Lease,
     NewRun,
     RunSummary,
     StoredRun,
@@ -76,6 +79,9 @@ _TOUCH_RUN = (
     .where(schema.runs.c.id == bindparam("b_key"))
     .values(usage=bindparam("b_usage"), updated_at=bindparam("b_now"))
 )
+_FENCED_TOUCH = leases.FENCE.values(usage=bindparam("b_usage"), updated_at=bindparam("b_now"))
+"""The checkpoint's run update, fenced by the lease (and renewing it): the fence costs no
+statement of its own."""
 
 
 def normalize_url(url: str) -> URL:
@@ -234,30 +240,79 @@ class SqlStore:
             )
         return f"the store {self.name!r} failed: {problem}"
 
-    def create_run(self, run: NewRun) -> None:
-        """Store a new run in the ``running`` state.
+    @overload
+    def create_run(self, run: NewRun) -> None: ...
+
+    @overload
+    def create_run(self, run: NewRun, *, owner: str, ttl: float) -> Lease: ...
+
+    def create_run(
+        self, run: NewRun, *, owner: str | None = None, ttl: float = DEFAULT_LEASE_SECONDS
+    ) -> Lease | None:
+        """Store a new run in the ``running`` state; with ``owner``, leased to it (epoch 1).
 
         Raises:
             StoreError: a run with this id is already stored, or the write failed.
         """
-        row = rows.new_run(run, now=self.now())
+        now = self.now()
+        row = rows.new_run(run, now=now, owner=owner, ttl=ttl)
         with self.write() as conn:
             if reads.run_exists(conn, run.run_id):
                 raise StoreError(
                     f"a run with id {run.run_id!r} is already stored; resume it or pick another id"
                 )
             conn.execute(insert(schema.runs).values(**row))
+        if owner is None:
+            return None
+        return Lease(run_id=run.run_id, owner=owner, epoch=1, ttl=ttl, expires_at=now + ttl)
 
-    def reopen_run(self, run_id: RunId, *, segment: int, events: Sequence[EventRecord]) -> None:
+    def acquire_lease(self, run_id: RunId, *, owner: str, ttl: float) -> Lease:
+        """Take the run's lease, at the next epoch, if nobody holds it or it has expired.
+
+        Raises:
+            RunNotFoundError: no run has this id.
+            RunLeasedError: another owner holds an unexpired lease; the message names it.
+        """
+        now = self.now()
+        with self.write() as conn:
+            return leases.acquire(conn, run_id, owner=owner, ttl=ttl, now=now)
+
+    def renew_lease(self, lease: Lease) -> Lease:
+        """Extend ``lease`` by its ``ttl`` from now; return it with the new expiry.
+
+        Raises:
+            LeaseLostError: the run has another owner or a newer epoch.
+        """
+        now = self.now()
+        with self.write() as conn:
+            leases.fence(conn, lease, now=now)
+        return replace(lease, expires_at=now + lease.ttl)
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give the run up, if ``lease`` still holds it (the epoch is kept)."""
+        with self.write() as conn:
+            leases.release(conn, lease)
+
+    def reopen_run(
+        self,
+        run_id: RunId,
+        *,
+        segment: int,
+        events: Sequence[EventRecord],
+        lease: Lease | None = None,
+    ) -> None:
         """Mark a stored run ``running`` again, for segment ``segment`` of a resume.
 
         Raises:
             StoreError: the run is no longer at segment ``segment - 1``: another process
                 resumed it since it was loaded.
+            LeaseLostError: ``lease`` no longer holds the run.
         """
         now = self.now()
         runs = schema.runs
         with self.write() as conn:
+            if lease is not None:
+                leases.fence(conn, lease, now=now)
             reopened = conn.execute(
                 update(runs)
                 .where(runs.c.id == rows.key(run_id), runs.c.segments == segment - 1)
@@ -276,27 +331,56 @@ class SqlStore:
                 )
             self._events(conn, run_id, events)
 
-    def save_plan(self, run_id: RunId, plan: Plan, *, events: Sequence[EventRecord]) -> None:
-        """Store the run's validated plan."""
-        row = rows.plan(run_id, plan, now=self.now())
+    def save_plan(
+        self,
+        run_id: RunId,
+        plan: Plan,
+        *,
+        events: Sequence[EventRecord],
+        lease: Lease | None = None,
+    ) -> None:
+        """Store the run's validated plan.
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run.
+        """
+        now = self.now()
+        row = rows.plan(run_id, plan, now=now)
         with self.write() as conn:
+            if lease is not None:
+                leases.fence(conn, lease, now=now)
             conn.execute(insert(schema.plans).values(**row))
             self._events(conn, run_id, events)
 
-    def record_intent(self, run_id: RunId, attempt: AttemptStart) -> int:
-        """Commit the intent to call a step's tool; return the attempt's id."""
-        row = rows.attempt_start(run_id, attempt, now=self.now())
+    def record_intent(
+        self, run_id: RunId, attempt: AttemptStart, *, lease: Lease | None = None
+    ) -> int:
+        """Commit the intent to call a step's tool; return the attempt's id.
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run; the tool must not be called.
+        """
+        now = self.now()
+        row = rows.attempt_start(run_id, attempt, now=now)
         with self.write() as conn:
+            if lease is not None:
+                return leases.insert_intent(conn, row, lease)
             result = conn.execute(_INSERT_ATTEMPT, row)
             primary_key = result.inserted_primary_key
             assert primary_key is not None  # a single-row insert always has one
             return int(primary_key[0])
 
-    def checkpoint(self, run_id: RunId, checkpoint: Checkpoint) -> None:
+    def checkpoint(
+        self, run_id: RunId, checkpoint: Checkpoint, *, lease: Lease | None = None
+    ) -> None:
         """Store how an attempt ended, with its trace, history entry, usage and events.
 
         Everything is encoded before the transaction starts, so a value the store refuses
-        raises :class:`~taskdecomp.errors.StoreValueError` with nothing written.
+        raises :class:`~taskdecomp.errors.StoreValueError` with nothing written. The run's
+        row is updated first: with a ``lease``, that update is the fence.
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run.
         """
         now = self.now()
         attempt_row = rows.attempt_end(run_id, checkpoint, now=now)
@@ -310,6 +394,11 @@ class SqlStore:
             else None
         )
         with self.write() as conn:
+            if lease is None:
+                conn.execute(_TOUCH_RUN, touch)
+            else:
+                fenced = conn.execute(_FENCED_TOUCH, {**leases.params(lease, now=now), **touch})
+                leases.held(conn, fenced, lease)
             if checkpoint.attempt_id is None:
                 conn.execute(_INSERT_ATTEMPT, attempt_row)
             else:
@@ -317,22 +406,31 @@ class SqlStore:
                 conn.execute(_END_ATTEMPT, {**ended, "b_id": checkpoint.attempt_id, "b_now": now})
             if step_row is not None:
                 conn.execute(_INSERT_STEP, step_row)
-            conn.execute(_TOUCH_RUN, touch)
             if strategy_state is not None:
                 conn.execute(_SET_STATE, {"b_key": touch["b_key"], "b_state": strategy_state})
             if event_rows:
                 conn.execute(_INSERT_EVENTS, event_rows)
 
     def save_step(
-        self, run_id: RunId, entry: HistoryEntry, *, usage: Usage, events: Sequence[EventRecord]
+        self,
+        run_id: RunId,
+        entry: HistoryEntry,
+        *,
+        usage: Usage,
+        events: Sequence[EventRecord],
+        lease: Lease | None = None,
     ) -> None:
-        """Store a finished step that made no call of its own (an instruction step)."""
+        """Store a finished step that made no call of its own (an instruction step).
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run.
+        """
         now = self.now()
         step_row = rows.step(run_id, entry, now=now)
         touch = {"b_key": rows.key(run_id), "b_usage": rows.usage(usage), "b_now": now}
         with self.write() as conn:
+            self._touch(conn, touch, lease, now=now)
             conn.execute(_INSERT_STEP, step_row)
-            conn.execute(_TOUCH_RUN, touch)
             self._events(conn, run_id, events)
 
     def save_state(
@@ -344,22 +442,37 @@ class SqlStore:
         approvals: Mapping[str, Any],
         usage: Usage,
         events: Sequence[EventRecord],
+        lease: Lease | None = None,
     ) -> None:
-        """Store the run's current plan (replacing it), strategy state, approvals and usage."""
+        """Store the run's current plan (replacing it), strategy state, approvals and usage.
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run.
+        """
         now = self.now()
         plan_row = rows.plan(run_id, plan, now=now)
+        key = rows.key(run_id)
         values = {
             "state": encode_json(dict(state), what="the run's strategy state"),
             "approvals": encode_json(dict(approvals), what="the run's approvals"),
-            "usage": rows.usage(usage),
-            "updated_at": now,
         }
-        key = rows.key(run_id)
+        touch = {"b_key": key, "b_usage": rows.usage(usage), "b_now": now}
         with self.write() as conn:
+            self._touch(conn, touch, lease, now=now)
+            conn.execute(update(schema.runs).where(schema.runs.c.id == key).values(**values))
             conn.execute(delete(schema.plans).where(schema.plans.c.run_id == key))
             conn.execute(insert(schema.plans).values(**plan_row))
-            conn.execute(update(schema.runs).where(schema.runs.c.id == key).values(**values))
             self._events(conn, run_id, events)
+
+    def _touch(
+        self, conn: Connection, touch: dict[str, Any], lease: Lease | None, *, now: float
+    ) -> None:
+        """Update the run's usage; with a ``lease``, that update is the fence."""
+        if lease is None:
+            conn.execute(_TOUCH_RUN, touch)
+        else:
+            fenced = conn.execute(_FENCED_TOUCH, {**leases.params(lease, now=now), **touch})
+            leases.held(conn, fenced, lease)
 
     def finish_run(
         self,
@@ -367,17 +480,30 @@ class SqlStore:
         result: RunResult,
         *,
         events: Sequence[EventRecord],
+        lease: Lease | None = None,
         approvals: Mapping[str, Any] | None = None,
     ) -> None:
-        """Store how the run ended (and its approvals, when given)."""
+        """Store how the run ended (and its approvals, when given) and release its lease.
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run.
+        """
         now = self.now()
         values = rows.finished(result, now=now)
         if approvals is not None:
             values["approvals"] = encode_json(dict(approvals), what="the run's approvals")
+        runs = schema.runs
+        where = [runs.c.id == rows.key(run_id)]
+        if lease is not None:
+            where += [
+                runs.c.lease_owner == lease.owner,
+                runs.c.lease_epoch == lease.epoch,
+                runs.c.lease_expires_at.is_not(None),
+            ]
         with self.write() as conn:
-            conn.execute(
-                update(schema.runs).where(schema.runs.c.id == rows.key(run_id)).values(**values)
-            )
+            finished = conn.execute(update(runs).where(*where).values(**values))
+            if lease is not None:
+                leases.held(conn, finished, lease)
             self._events(conn, run_id, events)
 
     def load_run(self, run_id: RunId) -> StoredRun:

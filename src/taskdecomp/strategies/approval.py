@@ -22,7 +22,7 @@ from taskdecomp.policy import validate_plan_action
 from taskdecomp.run import RunId, RunResult
 from taskdecomp.runtime import Clock, RunContext
 from taskdecomp.stops import StopRun
-from taskdecomp.store.base import Store, StoredRun
+from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Store, StoredRun
 from taskdecomp.strategies.base import ToolsArg
 from taskdecomp.strategies.plan_execute import continue_run
 from taskdecomp.strategies.replan import ReplanState, check_step_budget
@@ -38,8 +38,12 @@ async def approve(
     combiner_model: Model | str | None = None,
     on_event: Subscriber | None = None,
     clock: Clock | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> RunResult:
     """Approve what run ``run_id`` waits for, and continue the run.
+
+    The run is taken under its lease first, so two approvals (or an approval and a
+    rejection) of one run cannot both act.
 
     Args:
         run_id: a paused run.
@@ -51,21 +55,56 @@ async def approve(
         combiner_model: the combine call's model; default: the stored one.
         on_event: receives every event of the continued run.
         clock: monotonic clock, for tests.
+        lease_seconds: this process's lease on the run.
 
     Raises:
         RunNotFoundError: no run has this id.
+        RunLeasedError: another process holds the run.
         ConfigError: the run is not waiting for approval, or the edited plan is refused
             (the message says which rule it breaks); nothing was written.
     """
-    stored = _paused(store, run_id)
-    pending = _pending(stored)
-    edited: Plan | None = None
-    if plan is not None:
-        edited = _edited_plan(stored, pending, plan)
-        stored = _with_plan(stored, edited)
+    _pending(_paused(store.load_run(RunId(run_id))))  # refuse early, before taking the lease
+    decision = _Decision(plan)
+    return await continue_run(
+        run_id,
+        store=store,
+        prepare=decision.prepare,
+        tools=tools,
+        model=model,
+        combiner_model=combiner_model,
+        on_event=on_event,
+        clock=clock,
+        lease_seconds=lease_seconds,
+        before=decision.record,
+    )
 
-    def record(ctx: RunContext) -> None:
+
+class _Decision:
+    """An approval: checked against the run as read under its lease, then recorded."""
+
+    def __init__(self, plan: Any) -> None:
+        self._plan = plan
+        self._stored: StoredRun | None = None
+        self._pending: ApprovalRequest | None = None
+        self._edited: Plan | None = None
+
+    def prepare(self, stored: StoredRun) -> StoredRun:
+        """The run to continue: paused, with the edited plan (if any) in place.
+
+        Raises:
+            ConfigError: the run is not waiting for approval, or the edit is refused.
+        """
+        self._pending = _pending(_paused(stored))
+        if self._plan is not None:
+            self._edited = _edited_plan(stored, self._pending, self._plan)
+            stored = _with_plan(stored, self._edited)
+        self._stored = stored
+        return stored
+
+    def record(self, ctx: RunContext) -> None:
         """Grant the approval and store it (with an edited plan) before anything runs."""
+        assert self._pending is not None and self._stored is not None  # prepare() ran
+        pending, stored, edited = self._pending, self._stored, self._edited
         ctx.approvals.grant(pending.digest)
         if edited is not None:
             ctx.approvals.grant(ApprovalRequest.for_plan(edited).digest)
@@ -78,44 +117,38 @@ async def approve(
             approvals = ctx.approvals.to_dict()
             ctx.journal.state_saved(stored.plan, stored.state, approvals=approvals)
 
-    return await continue_run(
-        stored,
-        store=store,
-        tools=tools,
-        model=model,
-        combiner_model=combiner_model,
-        on_event=on_event,
-        clock=clock,
-        before=record,
-    )
 
-
-def reject(run_id: str, *, store: Store, reason: str) -> RunResult:
+def reject(
+    run_id: str, *, store: Store, reason: str, lease_seconds: float = DEFAULT_LEASE_SECONDS
+) -> RunResult:
     """End paused run ``run_id`` with ``approval_rejected``; ``reason`` becomes its message.
 
     Raises:
         RunNotFoundError: no run has this id.
+        RunLeasedError: another process holds the run.
         ConfigError: the run is not waiting for approval, or ``reason`` is empty.
     """
     if not reason.strip():
         raise ConfigError("a rejection needs a reason: --reason TEXT")
-    stored = _paused(store, run_id)
-    pending = _pending(stored)
+    _pending(_paused(store.load_run(RunId(run_id))))
+    lease, stored = durable.take_over(store, RunId(run_id), seconds=lease_seconds)
+    try:
+        pending = _pending(_paused(stored))
+    except BaseException:
+        store.release_lease(lease)
+        raise
     result = stored.ended(stops.APPROVAL_REJECTED, f"rejected: {reason.strip()}")
-    journal = durable.Journal(
-        store, stored.run_id, segment=stored.segments, usage=lambda: result.usage
-    )
+    journal = durable.Journal(store, lease, segment=stored.segments, usage=lambda: result.usage)
     journal(
         ApprovalDecided(run_id=stored.run_id, digest=pending.digest, approved=False, reason=reason)
     )
     journal(RunStopped(run_id=stored.run_id, result=result))
     approvals = {"approved": list(stored.approvals.get("approved", [])), "pending": None}
-    journal.finished(result, approvals=approvals)
-    return result
+    return journal.finished(result, approvals=approvals)
 
 
-def _paused(store: Store, run_id: str) -> StoredRun:
-    stored = store.load_run(RunId(run_id))
+def _paused(stored: StoredRun) -> StoredRun:
+    run_id = stored.run_id
     if stored.summary.status != "paused":
         summary = stored.summary
         raise ConfigError(

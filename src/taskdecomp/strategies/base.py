@@ -24,7 +24,7 @@ from taskdecomp.plan import Plan
 from taskdecomp.run import RunId, RunResult, RunStatus
 from taskdecomp.runtime import RunContext
 from taskdecomp.stops import LlmPhase, StopReason, StopRun
-from taskdecomp.store.base import Store, StoredRun
+from taskdecomp.store.base import Lease, Store, StoredRun
 from taskdecomp.tools import Toolset, ToolSpec, load_toolset
 
 ToolsArg = Toolset | str | Path | Iterable[Callable[..., Any] | ToolSpec]
@@ -94,13 +94,15 @@ def build_context(
     )
 
 
-def attach_journal(ctx: RunContext, store: Store, *, segment: int, started: float) -> Journal:
-    """Checkpoint ``ctx``'s run to ``store`` from now on."""
+def attach_journal(
+    ctx: RunContext, store: Store, lease: Lease, *, segment: int, started: float
+) -> Journal:
+    """Checkpoint ``ctx``'s run to ``store`` from now on, fenced by ``lease``."""
 
     def usage() -> Usage:
         return ctx.meter.snapshot(seconds=ctx.clock() - started)
 
-    journal = Journal(store, ctx.run_id, segment=segment, usage=usage)
+    journal = Journal(store, lease, segment=segment, usage=usage)
     ctx.events.subscribe(journal)
     ctx.journal = journal
     return journal
@@ -183,6 +185,6 @@ def finish(ctx: RunContext, outcome: Outcome, started: float) -> RunResult:
     if pending is not None:
         ctx.events.emit(ApprovalRequested(run_id=ctx.run_id, request=pending))
     ctx.events.emit(RunStopped(run_id=ctx.run_id, result=result))
-    if ctx.journal is not None:
-        ctx.journal.finished(result, approvals=ctx.approvals.to_dict())
+    if ctx.journal is not None:  # lease_lost if another process took the run meanwhile
+        return ctx.journal.finished(result, approvals=ctx.approvals.to_dict())
     return result

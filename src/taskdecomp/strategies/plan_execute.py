@@ -28,7 +28,7 @@ from taskdecomp.prompts import render
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext, run_blocking
 from taskdecomp.scheduler import execute_plan
-from taskdecomp.store.base import Store, StoredRun
+from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Store, StoredRun
 from taskdecomp.strategies.base import (
     Outcome,
     Phases,
@@ -61,6 +61,7 @@ async def run(
     store: Store | None = None,
     strategy: Strategy = "plan_execute",
     replan: ReplanOptions | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> RunResult:
     """Run ``goal`` with ``strategy``; always returns a result, never raises for a run failure.
 
@@ -82,6 +83,8 @@ async def run(
             continue it; default: nothing is stored.
         strategy: ``plan_execute`` or ``replan``.
         replan: the ``replan`` strategy's options (iterations, approvals, prompts).
+        lease_seconds: how long the run's lease in the store outlives this process if it
+            dies (see :func:`resume`); renewed every third of it while the run is in flight.
 
     Raises:
         ConfigError: the goal is empty, the toolset or a model string cannot be loaded, or
@@ -111,11 +114,12 @@ async def run(
             strategy=strategy,
             replan=options.to_dict() if options is not None else None,
         )
-        attach_journal(ctx, store, segment=1, started=started)
-        store.create_run(new)
-    outcome = Outcome()
+        ttl = durable.lease_seconds(lease_seconds)
+        lease = store.create_run(new, owner=durable.new_owner_id(), ttl=ttl)
+        attach_journal(ctx, store, lease, segment=1, started=started)
     phases = _phases(budget, combiner, options, None)
-    return await execute(ctx, outcome, budget, phases, started=started)
+    async with durable.leased(ctx.journal):
+        return await execute(ctx, Outcome(), budget, phases, started=started)
 
 
 def _check_goal(goal: str) -> None:
@@ -173,6 +177,7 @@ async def resume(
     combiner_model: Model | str | None = None,
     on_event: Subscriber | None = None,
     clock: Clock | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> RunResult:
     """Continue a stored run that crashed, was killed, or stopped on ``max_seconds``.
 
@@ -182,14 +187,20 @@ async def resume(
     left no result is never called again: the run stops with
     ``interrupted_unknown_outcome:<step>`` for a human to decide. The deadline
     (``max_seconds``) starts afresh. A ``replan`` run continues in the middle of its
-    loop, with its iteration count and approvals.
+    loop, with its iteration count, its executor agent's turns and its approvals.
 
     Budgets cover the whole run: model calls, tokens and cost spent before the resume
     count; each finished tool call counts as one tool call and loop detection knows it,
     while an attempt that left no result is not counted (it is retried, not repeated).
 
     A run that has already ended (any other stop reason) is returned as stored and
-    nothing is written. A run that waits for approval is continued by :func:`approve`.
+    nothing is written. A run that waits for approval is continued by
+    :func:`~taskdecomp.strategies.approval.approve`.
+
+    One process owns a run at a time: resume takes the run's lease and is refused while
+    another process holds it (a run in flight elsewhere); the lease of a process that died
+    expires ``lease_seconds`` after its last renewal. Should this process be taken over
+    in turn (it stalled past its lease), it stops with ``lease_lost`` without writing.
 
     Args:
         run_id: the stored run.
@@ -201,25 +212,24 @@ async def resume(
         combiner_model: the combine call's model; default: the stored one, else ``model``.
         on_event: receives every event of the resumed segment.
         clock: monotonic clock, for tests.
+        lease_seconds: this process's lease on the run (see :func:`run`).
 
     Raises:
         RunNotFoundError: no run has this id.
+        RunLeasedError: another process owns the run; the message names it.
+        LeaseLostError: another process took the run over the moment this one took it.
         CorruptRecordError: the stored run does not decode.
         ConfigError: no toolset or model was stored and none is given, or one cannot load;
             the run waits for approval.
         StoreError: the store cannot be read or written.
     """
-    stored = store.load_run(RunId(run_id))
-    if stored.summary.status == "paused":
-        raise ConfigError(
-            f"run {run_id!r} waits for approval; continue it with `taskdecomp approve "
-            f"{run_id}` or end it with `taskdecomp reject {run_id} --reason TEXT`"
-        )
-    if not stored.resumable:
-        return stored.result()
+    stored = _resumable(store.load_run(RunId(run_id)))
+    if isinstance(stored, RunResult):
+        return stored
     return await continue_run(
-        stored,
+        run_id,
         store=store,
+        prepare=_resumable,
         tools=tools,
         model=model,
         allow=allow,
@@ -227,13 +237,34 @@ async def resume(
         combiner_model=combiner_model,
         on_event=on_event,
         clock=clock,
+        lease_seconds=lease_seconds,
     )
 
 
+def _resumable(stored: StoredRun) -> StoredRun | RunResult:
+    """``stored`` when resume has work to do; its result when it ended.
+
+    Raises:
+        ConfigError: it waits for approval.
+    """
+    if stored.summary.status == "paused":
+        run_id = stored.run_id
+        raise ConfigError(
+            f"run {run_id!r} waits for approval; continue it with `taskdecomp approve "
+            f"{run_id}` or end it with `taskdecomp reject {run_id} --reason TEXT`"
+        )
+    return stored if stored.resumable else stored.result()
+
+
+Prepare = Callable[[StoredRun], "StoredRun | RunResult"]
+"""Checks a run read under its lease: the run to continue, or a result to return as is."""
+
+
 async def continue_run(
-    stored: StoredRun,
+    run_id: str,
     *,
     store: Store,
+    prepare: Prepare,
     tools: ToolsArg | None = None,
     model: Model | str | None = None,
     allow: Iterable[str] | None = None,
@@ -241,22 +272,39 @@ async def continue_run(
     combiner_model: Model | str | None = None,
     on_event: Subscriber | None = None,
     clock: Clock | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
     before: Callable[[RunContext], None] | None = None,
 ) -> RunResult:
-    """Continue ``stored`` in a new segment (for :func:`resume` and :func:`approve`).
+    """Take run ``run_id``'s lease and continue it in a new segment.
 
-    ``before`` runs once the context is restored, before the run goes on (an approval
-    records itself there).
+    For :func:`resume` and :func:`~taskdecomp.strategies.approval.approve`. ``prepare``
+    checks the run as read under the lease (another process may have moved it on since it
+    was first read); ``before`` runs once the context is restored, before the run goes on
+    (an approval records itself there).
+
+    Raises:
+        RunLeasedError: another process owns the run.
+        ConfigError: ``prepare`` refused the run, or a toolset or model cannot load.
     """
-    config = durable.stored_config(stored)
-    budget = budget or config.budget
-    toolset = as_toolset(
-        tools if tools is not None else durable.require(stored.tools, "tools", stored.run_id)
-    )
-    planner = resolve_model(model or durable.require(stored.model, "model", stored.run_id))
-    combiner_spec = combiner_model or config.combiner_model
-    combiner = resolve_model(combiner_spec) if combiner_spec is not None else None
-    _carry_on_scripts(stored, planner)
+    lease, stored = durable.take_over(store, RunId(run_id), seconds=lease_seconds)
+    try:
+        prepared = prepare(stored)
+        if isinstance(prepared, RunResult):
+            store.release_lease(lease)
+            return prepared
+        stored = prepared
+        config = durable.stored_config(stored)
+        budget = budget or config.budget
+        toolset = as_toolset(
+            tools if tools is not None else durable.require(stored.tools, "tools", stored.run_id)
+        )
+        planner = resolve_model(model or durable.require(stored.model, "model", stored.run_id))
+        combiner_spec = combiner_model or config.combiner_model
+        combiner = resolve_model(combiner_spec) if combiner_spec is not None else None
+        _carry_on_scripts(stored, planner)
+    except BaseException:
+        store.release_lease(lease)
+        raise
     allowed = config.allow if allow is None else allow
     goal = stored.summary.goal
     ctx = build_context(goal, toolset, planner, allowed, budget, on_event, stored.run_id)
@@ -264,19 +312,22 @@ async def continue_run(
         ctx.clock = clock
     restore(ctx, stored)
     started = ctx.clock() - stored.usage.seconds
-    journal = attach_journal(ctx, store, segment=stored.segments + 1, started=started)
-    journal.reopened()
-    if before is not None:
-        before(ctx)
-    outcome = Outcome(plan=stored.plan)
-    step_id = stored.in_doubt()
-    if step_id is not None:
-        ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=goal))
-        outcome.stop(durable.interrupted(stored, step_id))
-        return finish(ctx, outcome, started)
-    options = ReplanOptions.from_dict(config.replan or {}) if config.strategy == "replan" else None
-    phases = _phases(budget, combiner, options, stored)
-    return await execute(ctx, outcome, budget, phases, started=started)
+    journal = attach_journal(ctx, store, lease, segment=stored.segments + 1, started=started)
+    async with durable.leased(journal):
+        journal.reopened()
+        if before is not None:
+            before(ctx)
+        outcome = Outcome(plan=stored.plan)
+        step_id = stored.in_doubt()
+        if step_id is not None:
+            ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=goal))
+            outcome.stop(durable.interrupted(stored, step_id))
+            return finish(ctx, outcome, started)
+        options = (
+            ReplanOptions.from_dict(config.replan or {}) if config.strategy == "replan" else None
+        )
+        phases = _phases(budget, combiner, options, stored)
+        return await execute(ctx, outcome, budget, phases, started=started)
 
 
 def _carry_on_scripts(stored: StoredRun, planner: Model) -> None:

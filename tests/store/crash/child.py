@@ -3,6 +3,7 @@
 Usage: ``python child.py DB_URL RUN_ID TOOLS SCRIPT READY_FILE``. ``CRASH_AT`` may be
 ``before_intent:<n>`` (step ``n`` started, nothing committed), ``after_return:<n>`` (its
 tool returned, not yet checkpointed) or ``after_checkpoint:<n>`` (its checkpoint committed).
+``CRASH_LEASE`` is the run's lease in seconds: how long a resume must wait after a kill.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def main() -> None:
             store=store,
             run_id=run_id,
             on_event=watcher(point, int(n or 0), Path(ready)),
+            lease_seconds=float(os.environ.get("CRASH_LEASE", "30")),
         )
     )
     print(result.stop_reason)

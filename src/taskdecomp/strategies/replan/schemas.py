@@ -12,10 +12,13 @@ from typing import Any
 
 from taskdecomp.models.schemas import plan_schema, tool_call_variants
 
-RESPONSE_MAX_CHARS = 4000
-"""Longest answer the respond schema allows, so a constrained model always finishes."""
-RESULT_MAX_CHARS = 2000
-"""Longest step result the finish schema allows."""
+RESPONSE_MAX_CHARS = 1000
+"""Longest answer the respond schema allows, so a constrained model always finishes.
+
+llama.cpp expands a bounded string into one grammar rule per character; past about a
+thousand its grammar parser gives up (and llama-cpp-python crashes), so keep it there."""
+RESULT_MAX_CHARS = 1000
+"""Longest step result the finish schema allows (same bound, same reason)."""
 
 
 def _closed(properties: dict[str, Any]) -> dict[str, Any]:
