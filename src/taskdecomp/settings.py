@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, gt=0)
     """How long a stored run's lease outlives a process that died, so another ``resume``
     may take it over (``TASKDECOMP_LEASE_SECONDS``)."""
+    api_token: SecretStr | None = None
+    """The bearer token ``taskdecomp serve`` requires of every API request
+    (``TASKDECOMP_API_TOKEN``); needed to bind to an address other than loopback."""
+    cors_origins: str | None = None
+    """Comma-separated origins the service answers cross-origin requests from
+    (``TASKDECOMP_CORS_ORIGINS``); default: none (CORS off)."""
 
     def data_dir(self) -> Path:
         """:attr:`home`, else the platform's user data directory for taskdecomp."""

@@ -19,9 +19,9 @@ from typing import Literal, NewType
 StopReason = NewType("StopReason", str)
 """A stop reason such as ``success`` or ``tool_error:fetch_sales_data``."""
 
-LlmPhase = Literal["plan", "finalize", "decompose", "replan", "execute"]
+LlmPhase = Literal["plan", "finalize", "decompose", "replan", "execute", "chat"]
 """The model call a model failure happened in (the seed's ``llm_phase``): ``replan`` is the
-replanner, ``execute`` a turn of the executor agent."""
+replanner, ``execute`` a turn of the executor agent, ``chat`` the service's chat agent."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -8,6 +8,7 @@ column, so a damaged run is refused instead of resumed on a guess.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeAlias, get_args
 
 from pydantic import TypeAdapter
@@ -210,3 +211,56 @@ def _choice(value: Any, options: Any, where: str) -> Any:
     raise CorruptRecordError(
         f"stored {where} is {value!r}, not one of {', '.join(allowed)}; refusing to use it"
     )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SequencedEvent:
+    """A stored event with its per-run sequence number (1 for a run's first event)."""
+
+    seq: int
+    event: EventRecord
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventPage:
+    """A run's status and the events that follow a sequence number."""
+
+    status: RunState
+    """Read before the events: when it is final, the page holds every event up to the end."""
+    events: tuple[SequencedEvent, ...]
+
+
+def load_event_page(conn: Connection, run_id: RunId, *, after: int, limit: int) -> EventPage:
+    """The run's status, then at most ``limit`` of its events with a sequence above ``after``.
+
+    A run's events are appended in the order its one writer commits them and are never
+    deleted, so an event's sequence number is its position in the run's log: the same
+    number for the same event in every read, after any restart. The status is read first:
+    a run ends in the transaction that writes its last events, so a final status means
+    the events read after it are complete.
+
+    Raises:
+        RunNotFoundError: no run has this id.
+    """
+    key = encode_text(run_id, what="run id")
+    runs = schema.runs
+    status = conn.execute(select(runs.c.status).where(runs.c.id == key)).scalar()
+    if status is None:
+        raise RunNotFoundError(f"no run {run_id!r}; GET /runs lists the stored runs")
+    events = schema.events
+    query = (
+        select(events)
+        .where(events.c.run_id == key)
+        .order_by(events.c.id)
+        .offset(max(after, 0))
+        .limit(limit)
+    )
+    where = f"run {run_id!r}: events.data"
+    page = tuple(
+        SequencedEvent(
+            seq=max(after, 0) + number,
+            event=EventRecord(kind=row.kind, at=row.at, data=_mapping(row.data, where)),
+        )
+        for number, row in enumerate(conn.execute(query), start=1)
+    )
+    return EventPage(status=_choice(status, RunState, f"run {run_id!r}: runs.status"), events=page)

@@ -52,6 +52,7 @@ from taskdecomp.store.base import (
     StoredRun,
 )
 from taskdecomp.store.codec import encode_json
+from taskdecomp.store.reads import EventPage
 
 _BEGIN = "taskdecomp_sqlite_begin"
 """Execution option naming the statement that starts a SQLite transaction."""
@@ -525,6 +526,15 @@ class SqlStore:
         """A run's stored events, in order."""
         with self.read() as conn:
             return reads.load_events(conn, run_id)
+
+    def load_event_page(self, run_id: RunId, *, after: int = 0, limit: int = 500) -> EventPage:
+        """The run's status and its events numbered above ``after`` (see :mod:`.reads`).
+
+        Raises:
+            RunNotFoundError: no run has this id.
+        """
+        with self.read() as conn:
+            return reads.load_event_page(conn, run_id, after=after, limit=limit)
 
     def close(self) -> None:
         """Release pooled connections."""

@@ -1,0 +1,150 @@
+"""``serve``: the HTTP API, event streams and web page on uvicorn."""
+
+from __future__ import annotations
+
+import logging
+from types import FrameType
+from typing import Any
+
+import click
+
+from taskdecomp.cli import _app
+from taskdecomp.cli._app import DB_OPTION, app
+from taskdecomp.errors import ConfigError
+from taskdecomp.settings import (
+    choose_model,
+    load_decomp_settings,
+    load_openai_settings,
+    load_settings,
+)
+
+GRACE_SECONDS = 3
+"""How long open connections get to finish once the server is told to stop."""
+
+
+@app.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option(
+    "--tools",
+    "toolsets",
+    multiple=True,
+    required=True,
+    metavar="NAME=PATH",
+    help="A toolset clients may use by NAME (a .py file or module); repeat for more.",
+)
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    help="A model runs may use; repeat for more (the first is the default).  "
+    "[default: as for run: TASKDECOMP_MODEL, openai, local]",
+)
+@click.option("--decomp-model", help="The decomposer's model.  [env: DECOMP_MODEL]")
+@click.option("--chat-model", help="The chat agent's model; without it POST /chat is off.")
+@click.option(
+    "--cors-origin",
+    "cors_origins",
+    multiple=True,
+    help="An origin browsers may call the API from; repeat for more.  "
+    "[env: TASKDECOMP_CORS_ORIGINS, comma-separated; default: CORS off]",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+    default="info",
+    show_default=True,
+)
+@DB_OPTION
+def serve_command(
+    host: str,
+    port: int,
+    toolsets: tuple[str, ...],
+    models: tuple[str, ...],
+    decomp_model: str | None,
+    chat_model: str | None,
+    cors_origins: tuple[str, ...],
+    log_level: str,
+    db: str | None,
+) -> int:
+    """Serve the HTTP API, the live event streams and the web page at http://HOST:PORT/.
+
+    Listens on 127.0.0.1 unless told otherwise; any other address needs TASKDECOMP_API_TOKEN,
+    which every API request must then send as 'Authorization: Bearer TOKEN'. Runs, plans and
+    the chat agent use the same store as the other commands. SIGTERM or Ctrl-C stops taking
+    work, cancels runs in flight (stored as cancelled, resumable) and exits.
+    """
+    config = _config(host, toolsets, models, decomp_model, chat_model, cors_origins, db)
+    try:
+        import uvicorn
+
+        from taskdecomp.server import create_app, open_service
+    except ImportError as exc:
+        raise ConfigError(
+            f"the service needs its extra ({exc.name} is missing): pip install 'taskdecomp[server]'"
+        ) from None
+    service = open_service(config)
+    click.echo(f"taskdecomp serving on http://{_where(host)}:{port}/ (store: {service.store.name})")
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, telling the service the moment a stop signal arrives."""
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            service.request_shutdown()  # streams end, runs are cancelled (checkpointed)
+            super().handle_exit(sig, frame)
+
+    logging.getLogger("taskdecomp").setLevel(logging.INFO)
+    Server(
+        uvicorn.Config(
+            create_app(service),
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=GRACE_SECONDS,
+            lifespan="on",
+        )
+    ).run()
+    return 0
+
+
+def _config(
+    host: str,
+    toolsets: tuple[str, ...],
+    models: tuple[str, ...],
+    decomp_model: str | None,
+    chat_model: str | None,
+    cors_origins: tuple[str, ...],
+    db: str | None,
+) -> Any:
+    from taskdecomp.server.config import ServerConfig, check_bind, parse_toolsets
+
+    settings, decomp = load_settings(), load_decomp_settings()
+    token = settings.api_token.get_secret_value() if settings.api_token is not None else None
+    check_bind(host, token)
+    chosen = models or (
+        choose_model(
+            None, settings, load_openai_settings(), local_available=_app.local_model_available
+        ),
+    )
+    origins = cors_origins or tuple(
+        origin.strip() for origin in (settings.cors_origins or "").split(",") if origin.strip()
+    )
+    return ServerConfig(
+        store_url=settings.store_url(db),
+        toolsets=parse_toolsets(toolsets),
+        models=tuple(chosen),
+        decomp_model=decomp_model or decomp.model,
+        chat_model=chat_model,
+        token=token,
+        cors_origins=origins,
+        budget=settings.budget(),
+        decomp=decomp.options(),
+        lease_seconds=settings.lease_seconds,
+    )
+
+
+def _where(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+__all__ = ["serve_command"]

@@ -1,0 +1,27 @@
+"""The service: an HTTP API, live event streams, a web page and a chat agent.
+
+``taskdecomp serve`` runs it on uvicorn; a program can build it too::
+
+    from taskdecomp.server import ServerConfig, create_app, open_service
+
+    service = open_service(ServerConfig(
+        store_url="runs.db", toolsets={"sales": "tools.py"}, models=("scripted:plan.json",)
+    ))
+    app = create_app(service)  # any ASGI server
+
+Needs the ``server`` extra (FastAPI, uvicorn): ``pip install 'taskdecomp[server]'``.
+"""
+
+from taskdecomp.server.app import create_app
+from taskdecomp.server.config import CHAT_ACTIONS, ServerConfig, check_bind, is_loopback
+from taskdecomp.server.service import Service, open_service
+
+__all__ = [
+    "CHAT_ACTIONS",
+    "ServerConfig",
+    "Service",
+    "check_bind",
+    "create_app",
+    "is_loopback",
+    "open_service",
+]

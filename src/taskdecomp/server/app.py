@@ -1,0 +1,290 @@
+"""The FastAPI application: the HTTP API, the event streams and the web page.
+
+:func:`create_app` wires a :class:`~taskdecomp.server.service.Service` to routes; the routes
+only translate HTTP to the service's calls and back. Errors leave as
+``application/problem+json`` (:mod:`.problems`), never with a stack trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import Body, FastAPI, Header, Query, Request
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from taskdecomp.errors import TaskdecompError
+from taskdecomp.run import RunId
+from taskdecomp.server import streams
+from taskdecomp.server.guard import BearerToken, BodyLimit
+from taskdecomp.server.problems import MEDIA_TYPE, Problem, body, status_of
+from taskdecomp.server.schemas import (
+    ApproveIn,
+    ChatIn,
+    NodeDecomposeIn,
+    PlanIn,
+    RejectIn,
+    RunIn,
+)
+from taskdecomp.server.service import Service
+
+logger = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+
+RunPath = Annotated[str, PathParam(max_length=200, description="A run id.")]
+Status = Literal["running", "interrupted", "paused", "ok", "stopped"]
+
+
+def create_app(service: Service) -> FastAPI:
+    """The application over ``service``; shutting it down cancels runs in flight."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        service.loop = asyncio.get_running_loop()
+        yield
+        await service.shutdown()
+
+    app = FastAPI(
+        title="taskdecomp",
+        summary="Controllable task-decomposition agents: runs, plan trees, a chat agent.",
+        version="0.1.0",
+        docs_url=None,  # the interactive docs load from a CDN; /openapi.json is the contract
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    _errors(app)
+    _run_routes(app, service)
+    _plan_routes(app, service)
+    _misc_routes(app, service)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    config = service.config
+    app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    app.add_middleware(BearerToken, token=config.token)
+    if config.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(config.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+        )
+    return app
+
+
+def problem(
+    status: int, detail: str, headers: dict[str, str] | None = None, **extra: Any
+) -> Response:
+    """A problem response."""
+    return Response(
+        body(status, detail, **extra), status_code=status, media_type=MEDIA_TYPE, headers=headers
+    )
+
+
+def _errors(app: FastAPI) -> None:
+    @app.exception_handler(Problem)
+    async def on_problem(_request: Request, exc: Problem) -> Response:
+        return problem(exc.status, exc.detail, exc.headers)
+
+    @app.exception_handler(TaskdecompError)
+    async def on_error(_request: Request, exc: TaskdecompError) -> Response:
+        return problem(status_of(exc), str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(_request: Request, exc: RequestValidationError) -> Response:
+        errors = [
+            {"loc": [str(part) for part in error.get("loc", ())], "msg": str(error.get("msg"))}
+            for error in exc.errors()
+        ]
+        first = errors[0] if errors else {"loc": [], "msg": "invalid"}
+        where = ".".join(first["loc"]) or "the request"
+        return problem(422, f"{where}: {first['msg']}", errors=errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(_request: Request, exc: StarletteHTTPException) -> Response:
+        return problem(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def on_crash(_request: Request, exc: Exception) -> Response:
+        logger.error("request failed: %s", type(exc).__name__, exc_info=exc)
+        return problem(500, "the server failed to handle this request; see its log")
+
+
+def _run_routes(app: FastAPI, service: Service) -> None:
+    runs = service.runs
+
+    @app.post("/runs", status_code=202, tags=["runs"])
+    async def start_run(run: RunIn) -> dict[str, Any]:
+        """Start a run in the background; 202 with the stored run."""
+        return runs.view(await runs.start(run))
+
+    @app.get("/runs", tags=["runs"])
+    async def list_runs(
+        status: Status | None = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> dict[str, Any]:
+        """Stored runs, newest first, a page at a time."""
+        return runs.listing(status=status, limit=limit, offset=offset)
+
+    @app.get("/runs/{run_id}", tags=["runs"])
+    async def get_run(run_id: RunPath) -> dict[str, Any]:
+        """One stored run: status, plan, trace, history, answer, usage."""
+        return runs.view(run_id)
+
+    @app.post("/runs/{run_id}/resume", status_code=202, tags=["runs"])
+    async def resume_run(run_id: RunPath) -> dict[str, Any]:
+        """Continue an interrupted run (or one stopped on its deadline or cancelled)."""
+        await runs.resume(run_id)
+        return runs.view(run_id)
+
+    @app.post("/runs/{run_id}/cancel", tags=["runs"])
+    async def cancel_run(run_id: RunPath) -> dict[str, Any]:
+        """Cancel a run this server executes; it is stored as cancelled and can be resumed."""
+        await runs.cancel(run_id)
+        return runs.view(run_id)
+
+    @app.post("/runs/{run_id}/approve", status_code=202, tags=["runs"])
+    async def approve_run(
+        run_id: RunPath, approval: Annotated[ApproveIn | None, Body()] = None
+    ) -> dict[str, Any]:
+        """Approve what a paused run waits for (optionally with an edited plan); it goes on."""
+        await runs.approve(run_id, approval.plan if approval is not None else None)
+        return runs.view(run_id)
+
+    @app.post("/runs/{run_id}/reject", tags=["runs"])
+    async def reject_run(run_id: RunPath, rejection: RejectIn) -> dict[str, Any]:
+        """End a paused run with approval_rejected."""
+        runs.reject(run_id, rejection.reason)
+        return runs.view(run_id)
+
+    @app.get(
+        "/runs/{run_id}/events",
+        tags=["runs"],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/event-stream": {}}}},
+    )
+    async def run_events(
+        run_id: RunPath,
+        last_event_id: Annotated[str | None, Header()] = None,
+        after: Annotated[int | None, Query(ge=0)] = None,
+    ) -> StreamingResponse:
+        """The run's events as server-sent events, from the first or after Last-Event-ID."""
+        start = streams.last_event_id(last_event_id, after)
+        runs.store.load_event_page(RunId(run_id), after=0, limit=0)  # 404 before streaming
+        return StreamingResponse(
+            streams.run_events(runs, run_id, start, service.closing),
+            media_type="text/event-stream",
+            headers=streams.HEADERS,
+        )
+
+
+def _plan_routes(app: FastAPI, service: Service) -> None:
+    plans = service.plans
+
+    @app.post("/plans", status_code=201, tags=["plans"])
+    async def create_plan(plan: PlanIn) -> JSONResponse:
+        """Create a plan (create_plan); 202 while it is decomposed in the background."""
+        tree, job = plans.create(
+            plan.title, plan.instruction, auto=plan.auto_decompose, options=plan.options
+        )
+        data = plans.tree(tree.id)
+        data["job"] = job.to_dict() if job is not None else None
+        return JSONResponse(data, status_code=201 if job is None else 202)
+
+    @app.get("/plans", tags=["plans"])
+    async def list_plans() -> dict[str, Any]:
+        """Every stored plan tree, newest first."""
+        return {"plans": plans.listing()}
+
+    @app.get("/plans/{plan_id}/tree", tags=["plans"])
+    async def plan_tree(plan_id: int) -> dict[str, Any]:
+        """A plan tree with its nodes (walk order, with depth) and its decompositions."""
+        return plans.tree(plan_id)
+
+    @app.post("/plans/{plan_id}/decompose", status_code=202, tags=["plans"])
+    async def decompose_plan(plan_id: int) -> dict[str, Any]:
+        """Decompose the whole plan breadth-first (plan_bfs) in the background."""
+        return plans.decompose(plan_id, None).to_dict()
+
+    @app.post("/plans/{plan_id}/nodes/{node_id}/decompose", status_code=202, tags=["plans"])
+    async def decompose_node(
+        plan_id: int, node_id: int, request: Annotated[NodeDecomposeIn | None, Body()] = None
+    ) -> dict[str, Any]:
+        """Decompose one node (single_node), expand_depth levels deep, in the background."""
+        given = request or NodeDecomposeIn()
+        job = plans.decompose(
+            plan_id,
+            node_id,
+            expand_depth=given.expand_depth,
+            overwrite=given.mode == "overwrite",
+            options=given.options,
+        )
+        return job.to_dict()
+
+    @app.get(
+        "/plans/{plan_id}/events",
+        tags=["plans"],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/event-stream": {}}}},
+    )
+    async def plan_events(
+        plan_id: int,
+        last_event_id: Annotated[str | None, Header()] = None,
+        after: Annotated[int | None, Query(ge=0)] = None,
+    ) -> StreamingResponse:
+        """Every node of the plan as it is written, and each decomposition's start and end."""
+        start = streams.last_event_id(last_event_id, after)
+        plans.tree(plan_id)  # 404 before streaming
+        return StreamingResponse(
+            streams.plan_events(plans, plan_id, start, service.closing),
+            media_type="text/event-stream",
+            headers=streams.HEADERS,
+        )
+
+
+def _misc_routes(app: FastAPI, service: Service) -> None:
+    @app.post("/chat", tags=["chat"])
+    async def chat(message: ChatIn) -> dict[str, Any]:
+        """Talk to the chat agent; its structured actions run through the same code."""
+        if service.chat is None:
+            raise Problem(404, "the chat agent is off; start the server with --chat-model")
+        return await service.chat.turn(message.message, message.conversation_id)
+
+    @app.get("/toolsets", tags=["service"])
+    async def toolsets() -> dict[str, Any]:
+        """The toolsets runs may use, by name, with their tools."""
+        return {
+            "toolsets": [
+                {"name": name, "tools": [spec.catalog_entry() for spec in toolset.values()]}
+                for name, toolset in sorted(service.runs.toolsets.items())
+            ]
+        }
+
+    @app.get("/models", tags=["service"])
+    async def models() -> dict[str, Any]:
+        """The models runs may use (the first is the default)."""
+        config = service.config
+        return {
+            "models": list(config.models),
+            "default": config.models[0],
+            "chat": config.chat_model is not None,
+        }
+
+    @app.get("/health", tags=["service"])
+    async def health() -> dict[str, Any]:
+        """Whether the server takes work."""
+        return {"ok": not service.closing.is_set()}
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html")

@@ -1,0 +1,388 @@
+"""Runs the service executes: started, resumed, approved and cancelled in the background.
+
+Every run goes through the library's own entry points (:func:`taskdecomp.run`,
+:func:`taskdecomp.resume`, :func:`taskdecomp.approve`, :func:`taskdecomp.reject`) with the
+service's store, so a run the service starts is stored, checkpointed and leased exactly
+like one the CLI starts, and either can see (and, once it is free, continue) the other's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import Any
+
+from taskdecomp.budget import Budget
+from taskdecomp.events import Event, Subscriber
+from taskdecomp.run import RunId, RunResult, new_run_id
+from taskdecomp.server.config import ServerConfig
+from taskdecomp.server.problems import Problem, one_line
+from taskdecomp.server.schemas import BudgetIn, RunIn
+from taskdecomp.store import RunSummary, SqlStore, StoredRun
+from taskdecomp.strategies.approval import approve, reject
+from taskdecomp.strategies.plan_execute import resume, run
+from taskdecomp.strategies.replan import ReplanOptions
+from taskdecomp.tools import Toolset
+
+logger = logging.getLogger(__name__)
+
+Start = Callable[[Subscriber], Coroutine[Any, Any, RunResult]]
+"""Starts one segment of a run, handing its events to the subscriber."""
+
+CANCEL_WAIT = 10.0
+"""Seconds ``cancel`` waits for a run to store itself as cancelled."""
+
+STATUSES = ("running", "interrupted", "paused", "ok", "stopped")
+"""The statuses the API shows: the stored ones, plus ``interrupted`` for a run stored as
+running that no live process owns (its process died)."""
+
+
+def canonical_model(spec: str) -> str:
+    """The name a run stores for ``spec`` (a scripted model's file path made absolute)."""
+    provider, sep, rest = spec.partition(":")
+    if provider == "scripted" and sep and rest:
+        return f"scripted:{Path(rest).expanduser().absolute()}"
+    return spec
+
+
+class RunService:
+    """The runs of one service process.
+
+    Args:
+        config: the operator's choices.
+        store: the run store.
+        toolsets: the registered toolsets, loaded.
+    """
+
+    def __init__(self, config: ServerConfig, store: SqlStore, toolsets: Mapping[str, Toolset]):
+        self.config = config
+        self.store = store
+        self.toolsets = dict(toolsets)
+        self.models = {canonical_model(spec): spec for spec in config.models}
+        """Canonical model name -> the operator's model string."""
+        self._toolset_names = {ts.source: name for name, ts in self.toolsets.items()}
+        self._active: dict[RunId, asyncio.Task[RunResult]] = {}
+        self._listeners: dict[RunId, set[asyncio.Event]] = {}
+        self.closing = False
+
+    def listen(self, run_id: str) -> asyncio.Event:
+        """An event set whenever run ``run_id`` emits one here (or the server shuts down).
+
+        Event streams wait on it instead of polling the store while the run is quiet.
+        """
+        bell = asyncio.Event()
+        self._listeners.setdefault(RunId(run_id), set()).add(bell)
+        return bell
+
+    def unlisten(self, run_id: str, bell: asyncio.Event) -> None:
+        """Stop ringing ``bell``."""
+        bells = self._listeners.get(RunId(run_id))
+        if bells is not None:
+            bells.discard(bell)
+            if not bells:
+                del self._listeners[RunId(run_id)]
+
+    def _ring(self, run_id: RunId) -> None:
+        for bell in self._listeners.get(run_id, ()):
+            bell.set()
+
+    def is_active(self, run_id: str) -> bool:
+        """Whether this process is executing ``run_id`` now."""
+        return RunId(run_id) in self._active
+
+    async def start(self, body: RunIn) -> RunId:
+        """Start a run in the background; return its id once it is stored.
+
+        Raises:
+            Problem: 422 for an unknown toolset, an unlisted model, a tool not in the
+                toolset or a budget out of range; 503 while shutting down.
+        """
+        toolset = self._toolset(body.toolset)
+        model = self._model(body.model)
+        allow = self._allow(toolset, body.toolset, body.allow)
+        budget = self._budget(body.budget)
+        replan = None
+        if body.strategy == "replan":
+            options = body.replan.model_dump() if body.replan is not None else {}
+            replan = ReplanOptions(**options)
+        elif body.replan is not None:
+            raise Problem(422, "replan options apply to strategy 'replan' only")
+        run_id = new_run_id()
+        await self._launch(
+            run_id,
+            lambda on_event: run(
+                body.goal,
+                tools=toolset,
+                model=model,
+                allow=allow,
+                budget=budget,
+                on_event=on_event,
+                run_id=run_id,
+                store=self.store,
+                strategy=body.strategy,
+                replan=replan,
+                lease_seconds=self.config.lease_seconds,
+            ),
+        )
+        return run_id
+
+    async def resume(self, run_id: str) -> None:
+        """Continue a run that was interrupted or stopped on its deadline or a cancel.
+
+        Raises:
+            Problem: 409 when the run waits for approval, has ended, runs here already, or
+                was started with a toolset or model this server does not offer.
+        """
+        stored = self._idle(run_id)
+        if stored.summary.status == "paused":
+            raise Problem(
+                409,
+                f"run {run_id!r} waits for approval; POST /runs/{run_id}/approve or "
+                f"/runs/{run_id}/reject",
+            )
+        if not stored.resumable:
+            summary = stored.summary
+            raise Problem(
+                409,
+                f"run {run_id!r} already ended ({summary.status}, {summary.stop_reason}); "
+                "nothing to resume",
+            )
+        toolset, model = self._stored_parts(stored)
+        await self._launch(
+            stored.run_id,
+            lambda on_event: resume(
+                run_id,
+                store=self.store,
+                tools=toolset,
+                model=model,
+                on_event=on_event,
+                lease_seconds=self.config.lease_seconds,
+            ),
+        )
+
+    async def approve(self, run_id: str, plan: Any) -> None:
+        """Approve what a paused run waits for and continue it in the background.
+
+        Raises:
+            Problem: 409 when the run is not paused or runs here.
+            ConfigError: the edited plan is refused (409, nothing written).
+        """
+        stored = self._idle(run_id)
+        toolset, model = self._stored_parts(stored)
+        await self._launch(
+            stored.run_id,
+            lambda on_event: approve(
+                run_id,
+                store=self.store,
+                plan=plan,
+                tools=toolset,
+                model=model,
+                on_event=on_event,
+                lease_seconds=self.config.lease_seconds,
+            ),
+        )
+
+    def reject(self, run_id: str, reason: str) -> RunResult:
+        """End a paused run with ``approval_rejected``.
+
+        Raises:
+            ConfigError: the run is not waiting for approval (409).
+        """
+        self._idle(run_id)
+        return reject(
+            run_id, store=self.store, reason=reason, lease_seconds=self.config.lease_seconds
+        )
+
+    async def cancel(self, run_id: str) -> None:
+        """Cancel a run this process executes; it stores itself as ``cancelled`` (resumable).
+
+        Raises:
+            Problem: 409 when this process does not execute the run.
+        """
+        task = self._active.get(RunId(run_id))
+        if task is None:
+            stored = self.store.load_run(RunId(run_id))
+            raise Problem(
+                409,
+                f"run {run_id!r} is not executing in this server (status "
+                f"{self.status(stored.summary, stored)}); only a running run can be cancelled",
+            )
+        task.cancel()
+        await asyncio.wait({task}, timeout=CANCEL_WAIT)
+
+    def status(self, summary: RunSummary, stored: StoredRun | None = None) -> str:
+        """The status the API shows for a run (see :data:`STATUSES`).
+
+        A run stored as ``running`` runs here, or in another process that holds its lease
+        (the CLI, another server); with no live lease its process died: ``interrupted``.
+        """
+        if summary.status != "running" or summary.run_id in self._active:
+            return summary.status
+        if stored is None:
+            stored = self.store.load_run(summary.run_id)
+        lease = stored.lease
+        alive = lease is not None and lease.expires_at > self.store.now()
+        return "running" if alive else "interrupted"
+
+    def view(self, run_id: str) -> dict[str, Any]:
+        """The stored run as the API shows it.
+
+        Raises:
+            RunNotFoundError: no run has this id (404).
+        """
+        stored = self.store.load_run(RunId(run_id))
+        data = stored.to_dict()
+        data["stored_status"] = data["status"]
+        data["status"] = self.status(stored.summary, stored)
+        data["toolset"] = self._toolset_names.get(stored.tools or "")
+        data["active"] = self.is_active(run_id)
+        data.pop("tools", None)  # a file path on the server: the toolset's name says enough
+        return data
+
+    def listing(self, *, status: str | None, limit: int, offset: int) -> dict[str, Any]:
+        """A page of runs, newest first, optionally only those with ``status``."""
+        rows = []
+        for summary in self.store.list_runs():
+            shown = self.status(summary)
+            if status is None or shown == status:
+                rows.append(_summary(summary, shown))
+        return {
+            "runs": rows[offset : offset + limit],
+            "total": len(rows),
+            "offset": offset,
+            "limit": limit,
+        }
+
+    def begin_shutdown(self) -> None:
+        """Refuse new work and cancel every run in flight; each stores itself cancelled."""
+        self.closing = True
+        for task in self._active.values():
+            task.cancel()
+        for bells in self._listeners.values():
+            for bell in bells:
+                bell.set()
+
+    async def shutdown(self, timeout: float) -> None:
+        """:meth:`begin_shutdown`, then wait up to ``timeout`` seconds for the runs to end."""
+        tasks = list(self._active.values())
+        self.begin_shutdown()
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
+    async def _launch(self, run_id: RunId, start: Start) -> None:
+        """Start ``start`` in the background; return once the run wrote its first event.
+
+        Raises:
+            Problem: 503 while shutting down; 409 when the run executes here already.
+            Exception: whatever the run raised before its first event (a refused edit,
+                a run leased by another process).
+        """
+        if self.closing:
+            raise Problem(503, "the server is shutting down; try again when it is back")
+        if run_id in self._active:
+            raise Problem(409, f"run {run_id!r} is already executing in this server")
+        first = asyncio.Event()
+
+        def on_event(_event: Event) -> None:
+            first.set()
+            self._ring(run_id)  # its stored form follows at once: streams read it then
+
+        task = asyncio.create_task(start(on_event), name=f"taskdecomp run {run_id}")
+        self._active[run_id] = task
+        task.add_done_callback(lambda done: self._ended(run_id, done))
+        waiter = asyncio.create_task(first.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if task.done() and not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                raise error
+
+    def _ended(self, run_id: RunId, task: asyncio.Task[RunResult]) -> None:
+        if self._active.get(run_id) is task:
+            del self._active[run_id]
+        self._ring(run_id)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            logger.warning("run %s ended with %s: %s", run_id, type(error).__name__, error)
+
+    def _idle(self, run_id: str) -> StoredRun:
+        stored = self.store.load_run(RunId(run_id))
+        if self.is_active(run_id):
+            raise Problem(409, f"run {run_id!r} is executing in this server now")
+        return stored
+
+    def _toolset(self, name: str) -> Toolset:
+        toolset = self.toolsets.get(name)
+        if toolset is None:
+            raise Problem(
+                422, f"unknown toolset {name!r}; registered: {', '.join(sorted(self.toolsets))}"
+            )
+        return toolset
+
+    def _model(self, name: str | None) -> str:
+        if name is None:
+            return self.config.models[0]
+        if name in self.config.models:
+            return name
+        raise Problem(
+            422,
+            f"model {name!r} is not offered by this server; choose one of: "
+            f"{', '.join(self.config.models)}",
+        )
+
+    def _allow(self, toolset: Toolset, name: str, allow: list[str] | None) -> list[str] | None:
+        if allow is None:
+            return None
+        unknown = [tool for tool in allow if tool not in toolset]
+        if unknown:
+            raise Problem(
+                422,
+                f"tool {unknown[0]!r} is not in toolset {name!r}; its tools: "
+                f"{', '.join(sorted(toolset))}",
+            )
+        return allow
+
+    def _budget(self, given: BudgetIn | None) -> Budget:
+        changes = given.model_dump(exclude_unset=True) if given is not None else {}
+        try:
+            return dataclasses.replace(self.config.budget, **changes)
+        except ValueError as exc:
+            raise Problem(422, f"budget refused: {exc}") from None
+
+    def _stored_parts(self, stored: StoredRun) -> tuple[Toolset, str]:
+        name = self._toolset_names.get(stored.tools or "")
+        if name is None:
+            raise Problem(
+                409,
+                f"run {stored.run_id!r} was started with a toolset this server does not "
+                f"register; continue it with `taskdecomp resume {stored.run_id}`",
+            )
+        model = self.models.get(stored.model or "")
+        if model is None:
+            raise Problem(
+                409,
+                f"run {stored.run_id!r} was started with model {one_line(str(stored.model))!r}, "
+                f"which this server does not offer; start the server with --model for it",
+            )
+        return self.toolsets[name], model
+
+
+def _summary(summary: RunSummary, status: str) -> dict[str, Any]:
+    return {
+        "run_id": summary.run_id,
+        "goal": summary.goal,
+        "status": status,
+        "stored_status": summary.status,
+        "stop_reason": summary.stop_reason,
+        "started_at": summary.started_at,
+        "finished_at": summary.finished_at,
+        "seconds": summary.seconds,
+    }

@@ -1,0 +1,99 @@
+"""Request bodies: pydantic models at the HTTP edge, unknown keys refused."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Text = Field(min_length=1, max_length=20_000)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BudgetIn(_Body):
+    """Limits of one run; a missing field keeps the server's default."""
+
+    max_plan_steps: int | None = Field(default=None, ge=1, le=1000)
+    max_execute_steps: int | None = Field(default=None, ge=1, le=10_000)
+    max_tool_calls: int | None = Field(default=None, ge=1, le=10_000)
+    max_seconds: float | None = Field(default=None, gt=0, le=86_400)
+    max_llm_calls: int | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=0)
+    max_cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    max_parallel: int | None = Field(default=None, ge=1, le=64)
+
+
+class ReplanIn(_Body):
+    """The ``replan`` strategy's options a client may set (never a prompts directory)."""
+
+    max_iterations: int = Field(default=10, ge=1, le=100)
+    max_agent_turns: int = Field(default=20, ge=1, le=100)
+    approve_plan: bool = False
+
+
+class RunIn(_Body):
+    """``POST /runs``: what to run, with what, under which limits."""
+
+    goal: str = Text
+    toolset: str = Field(min_length=1, max_length=200, description="A registered toolset name.")
+    strategy: Literal["plan_execute", "replan"] = "plan_execute"
+    allow: list[str] | None = Field(
+        default=None, max_length=200, description="Tools the plan may use; default: all."
+    )
+    budget: BudgetIn | None = None
+    model: str | None = Field(
+        default=None, max_length=500, description="One of GET /models; default: the first."
+    )
+    replan: ReplanIn | None = None
+
+
+class ApproveIn(_Body):
+    """``POST /runs/{id}/approve``: optionally an edited plan (replan strategy only)."""
+
+    plan: dict[str, Any] | list[Any] | None = None
+
+
+class RejectIn(_Body):
+    """``POST /runs/{id}/reject``."""
+
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class DecompIn(_Body):
+    """Budgets of one decomposition; a missing field keeps the server's default."""
+
+    max_depth: int | None = Field(default=None, ge=1, le=10)
+    max_children: int | None = Field(default=None, ge=1, le=50)
+    total_node_budget: int | None = Field(default=None, ge=1, le=1000)
+    retry_limit: int | None = Field(default=None, ge=0, le=5)
+    concurrency: int | None = Field(default=None, ge=1, le=32)
+    max_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+
+class PlanIn(_Body):
+    """``POST /plans`` (``create_plan``)."""
+
+    title: str = Field(min_length=1, max_length=2000)
+    instruction: str = Field(default="", max_length=20_000)
+    auto_decompose: bool | None = Field(
+        default=None, description="Decompose at once; default: DECOMP_AUTO_ON_CREATE."
+    )
+    options: DecompIn | None = None
+
+
+class NodeDecomposeIn(_Body):
+    """``POST /plans/{id}/nodes/{node}/decompose`` (single-node mode)."""
+
+    expand_depth: int = Field(default=1, ge=1, le=10)
+    mode: Literal["append", "overwrite"] = "append"
+    options: DecompIn | None = None
+
+
+class ChatIn(_Body):
+    """``POST /chat``."""
+
+    message: str = Field(min_length=1, max_length=20_000)
+    conversation_id: str | None = Field(default=None, min_length=1, max_length=100)

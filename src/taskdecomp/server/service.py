@@ -1,0 +1,98 @@
+"""The parts of one service process, built once from the operator's choices."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from taskdecomp.errors import ConfigError
+from taskdecomp.models import resolve_model
+from taskdecomp.server.config import ServerConfig
+from taskdecomp.server.plans import PlanService
+from taskdecomp.server.runs import RunService
+from taskdecomp.store import SqlStore, open_store
+from taskdecomp.store.trees import TreeRepository
+from taskdecomp.tools import Toolset, load_toolset
+
+if TYPE_CHECKING:
+    from taskdecomp.server.chat import ChatAgent
+
+SHUTDOWN_SECONDS = 5.0
+"""How long shutting down waits for runs to store themselves as cancelled."""
+
+
+@dataclass(kw_only=True)
+class Service:
+    """Everything the HTTP layer calls: runs, plans, the chat agent and the store."""
+
+    config: ServerConfig
+    store: SqlStore
+    runs: RunService
+    plans: PlanService
+    chat: ChatAgent | None = None
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the server begins to shut down: streams end, new work is refused."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+    """The loop the application runs on, once it has started."""
+
+    def begin_shutdown(self) -> None:
+        """Stop taking work, end every stream, cancel runs in flight (safe to repeat)."""
+        self.closing.set()
+        self.runs.begin_shutdown()
+        self.plans.closing = True
+
+    def request_shutdown(self) -> None:
+        """:meth:`begin_shutdown` from a signal handler: run on the loop, not in between."""
+        if self.loop is None or self.loop.is_closed():
+            self.begin_shutdown()
+        else:
+            self.loop.call_soon_threadsafe(self.begin_shutdown)
+
+    async def shutdown(self, timeout: float = SHUTDOWN_SECONDS) -> None:
+        """Cancel runs and decompositions in flight (each checkpoints), then close the store."""
+        self.begin_shutdown()
+        await asyncio.gather(self.runs.shutdown(timeout), self.plans.shutdown(timeout))
+        self.store.close()
+
+
+def open_service(config: ServerConfig) -> Service:
+    """Open the store, load every toolset and check every model string.
+
+    Raises:
+        ConfigError: a toolset does not load, a model string names no provider, or the
+            store cannot be opened; the message names which.
+    """
+    toolsets = {name: _load(name, source) for name, source in config.toolsets.items()}
+    for spec in {*config.models, config.decomp_model, config.chat_model} - {None}:
+        assert spec is not None
+        _check_model(spec)
+    store = open_store(config.store_url)
+    try:
+        from taskdecomp.server.chat import ChatAgent
+
+        runs = RunService(config, store, toolsets)
+        plans = PlanService(config, TreeRepository(store))
+        service = Service(config=config, store=store, runs=runs, plans=plans)
+        if config.chat_model is not None:
+            service.chat = ChatAgent(service, resolve_model(config.chat_model))
+        return service
+    except BaseException:
+        store.close()
+        raise
+
+
+def _load(name: str, source: str) -> Toolset:
+    try:
+        return load_toolset(source)
+    except ConfigError as exc:
+        raise ConfigError(f"toolset {name!r}: {exc}") from exc
+
+
+def _check_model(spec: str) -> None:
+    """Fail at start-up, not at the first request, on a model string that cannot work."""
+    provider = spec.partition(":")[0]
+    if provider in ("local", "openai"):
+        return  # built lazily per run (the embedded model loads weights; openai needs no check)
+    resolve_model(spec)
