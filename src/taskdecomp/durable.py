@@ -52,6 +52,7 @@ from taskdecomp.events import (
     ApprovalRequested,
     Event,
     ModelCalled,
+    ModelProgress,
     PlanCreated,
     PlanRevised,
     ReplanDecided,
@@ -176,6 +177,8 @@ class Journal:
 
     def __call__(self, event: Event) -> None:
         """Keep ``event`` for the next write (the journal is an event subscriber)."""
+        if isinstance(event, ModelProgress):  # live only: a display's, not the record's
+            return
         self._events.append(
             EventRecord(kind=type(event).__name__, at=self._now(), data=_event_data(event))
         )
@@ -556,6 +559,8 @@ def interrupted(stored: StoredRun, step_id: TaskId) -> StopRun:
 def _event_data(event: Event) -> Mapping[str, Any]:
     if isinstance(event, RunStarted):
         return {}
+    if isinstance(event, ModelProgress):
+        return {"phase": event.phase, "stage": event.stage, "tokens_out": event.tokens_out}
     if isinstance(event, ModelCalled):
         return {
             "phase": event.phase,

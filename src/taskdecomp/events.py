@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from taskdecomp.plan import Plan, Step
 from taskdecomp.stops import LlmPhase
@@ -28,6 +28,23 @@ class RunStarted:
 
     run_id: RunId
     goal: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelProgress:
+    """A model call is under way: it started, its model file is loading, or it wrote tokens.
+
+    Live only: it feeds displays and is never stored. ``ModelCalled`` follows when the call
+    ends, however it ends.
+    """
+
+    run_id: RunId
+    phase: LlmPhase
+    model: str
+    """The model's name (``local``, ``openai:gpt-4.1-mini``)."""
+    stage: Literal["started", "loading", "generating"]
+    tokens_out: int = 0
+    """Tokens written so far, when the provider streams."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -135,6 +152,7 @@ class RunStopped:
 
 Event = (
     RunStarted
+    | ModelProgress
     | ModelCalled
     | PlanCreated
     | StepStarted

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -27,6 +28,8 @@ from taskdecomp import isolation, jsonsafe, stops
 from taskdecomp.budget import Meter
 from taskdecomp.stops import StopRun, with_detail
 from taskdecomp.tools import IDEMPOTENCY_PARAM, Toolset, ToolSpec
+
+logger = logging.getLogger(__name__)
 
 
 def args_hash(args: Mapping[str, Any]) -> str:
@@ -143,6 +146,8 @@ class ToolGateway:
         finally:
             self._jobs.discard(job)
         if outcome.error is not None:
+            # the traceback, file and line included, for whoever turned debug logging on
+            logger.debug("tool %r raised", spec.name, exc_info=outcome.error)
             raise StopRun(
                 with_detail("tool_error", spec.name), message=isolation.describe(outcome.error)
             ) from outcome.error

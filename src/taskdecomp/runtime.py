@@ -9,27 +9,29 @@ into stop reasons. :func:`run_blocking` is the sync facades' event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType, TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from taskdecomp import stops
 from taskdecomp.approvals import Approvals
 from taskdecomp.budget import Meter
 from taskdecomp.durable import Journal
 from taskdecomp.errors import ModelError, ModelTimeoutError
-from taskdecomp.events import EventBus, ModelCalled
+from taskdecomp.events import EventBus, ModelCalled, ModelProgress
 from taskdecomp.gateway import ToolGateway
 from taskdecomp.models.base import (
     Model,
     ModelRequest,
     ModelResponse,
     PricedModel,
+    Stage,
     estimate_tokens,
 )
 from taskdecomp.plan import Step
@@ -39,6 +41,9 @@ from taskdecomp.stops import StopRun, with_detail
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+PROGRESS_EVERY = 0.25
+"""Seconds between two ``ModelProgress`` token counts of one call."""
 
 CLEANUP_GRACE = 0.2
 """Seconds :func:`run_blocking` lets leftover tasks take to end once cancelled."""
@@ -97,8 +102,12 @@ class RunContext:
         cost = chosen.estimate_cost(tokens) if isinstance(chosen, PricedModel) else 0.0
         self.meter.before_model_call(phase, estimated_tokens=tokens, estimated_cost_usd=cost)
         started = self.clock()
+        progress = _Progress(self, phase, chosen.name)
         try:
-            response = await chosen.complete(request)
+            response = await chosen.complete(replace(request, progress=progress))
+        except asyncio.CancelledError:  # the deadline or Ctrl-C: say the call ended too
+            self._called(phase, ok=False, started=started)
+            raise
         except ModelTimeoutError as exc:
             self._called(phase, ok=False, started=started)
             raise StopRun(stops.LLM_TIMEOUT, llm_phase=phase, message=str(exc)) from exc
@@ -107,6 +116,8 @@ class RunContext:
             raise StopRun(
                 with_detail("llm_error", exc.kind), llm_phase=phase, message=str(exc)
             ) from exc
+        finally:
+            progress.close()
         self._called(phase, ok=True, started=started, response=response)
         self.meter.after_model_call(
             phase,
@@ -143,6 +154,50 @@ class RunContext:
                 seconds=self.clock() - started,
             )
         )
+
+
+class _Progress:
+    """Forwards a provider's progress as ``ModelProgress`` events, from any thread.
+
+    Events reach the bus on the run's loop, at most every :data:`PROGRESS_EVERY` seconds
+    for token counts, and never after the call has ended.
+    """
+
+    def __init__(self, ctx: RunContext, phase: stops.LlmPhase, model: str) -> None:
+        self._ctx = ctx
+        self._phase = phase
+        self._model = model
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+        self._last = 0.0
+        self._open = True
+        self._emit("started", 0)
+
+    def __call__(self, stage: Stage, tokens_out: int) -> None:
+        now = time.monotonic()
+        if stage == "generating" and now - self._last < PROGRESS_EVERY:
+            return
+        self._last = now
+        if threading.get_ident() == self._thread:
+            self._emit(stage, tokens_out)
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                self._loop.call_soon_threadsafe(self._emit, stage, tokens_out)
+
+    def close(self) -> None:
+        """The call ended: later reports are dropped."""
+        self._open = False
+
+    def _emit(self, stage: Literal["started"] | Stage, tokens_out: int) -> None:
+        if self._open:
+            event = ModelProgress(
+                run_id=self._ctx.run_id,
+                phase=self._phase,
+                model=self._model,
+                stage=stage,
+                tokens_out=tokens_out,
+            )
+            self._ctx.events.emit(event)
 
 
 def run_blocking(main: Coroutine[Any, Any, T]) -> T:

@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     or ``postgresql://user@host/dbname``; default: a SQLite file in :attr:`home`."""
     home: Path | None = None
     """The data directory (``TASKDECOMP_HOME``); default: the user data directory."""
+    debug: bool = False
+    """Print tracebacks of toolsets that fail to import and tools that raise
+    (``TASKDECOMP_DEBUG=1``; the command line's ``--debug``)."""
     busy_timeout: float = Field(default=5.0, gt=0)
     """Seconds to wait for a SQLite store locked by another process
     (``TASKDECOMP_BUSY_TIMEOUT``)."""

@@ -224,10 +224,20 @@ class Toolset(Mapping[str, ToolSpec]):
         specs: the tools.
         source: where they were loaded from (a module name or a file's absolute path), so a
             stored run can load them again; ``None`` for tools given as objects.
+        skipped: public functions of the source left out, with the reason (see
+            :func:`load_toolset`).
     """
 
-    def __init__(self, specs: Iterable[ToolSpec] = (), *, source: str | None = None) -> None:
+    def __init__(
+        self,
+        specs: Iterable[ToolSpec] = (),
+        *,
+        source: str | None = None,
+        skipped: Mapping[str, str] | None = None,
+    ) -> None:
         self.source = source
+        self.skipped: Mapping[str, str] = dict(skipped or {})
+        """Public functions of the source that are not tools, by name, with the reason."""
         self._specs: dict[str, ToolSpec] = {}
         for spec in specs:
             if spec.name in self._specs:
@@ -241,6 +251,7 @@ class Toolset(Mapping[str, ToolSpec]):
         *,
         isolation: Isolation | None = None,
         source: str | None = None,
+        skipped: Mapping[str, str] | None = None,
     ) -> Toolset:
         """A toolset of these functions (or specs), named after the functions.
 
@@ -252,6 +263,7 @@ class Toolset(Mapping[str, ToolSpec]):
                 for f in functions
             ),
             source=source,
+            skipped=skipped,
         )
 
     def __getitem__(self, name: str) -> ToolSpec:
@@ -272,11 +284,15 @@ class Toolset(Mapping[str, ToolSpec]):
 def load_toolset(source: str | Path) -> Toolset:
     """Load a toolset from a Python file path or an importable module name.
 
+    Without a ``TOOLS`` list, a public function without type hints is not a tool: it is
+    listed in :attr:`Toolset.skipped` with the reason, so a caller can say so.
+
     Raises:
         ToolsetError: the file or module does not exist, fails to import, or defines no tool.
     """
     module = _import_source(source)
     listed = getattr(module, "TOOLS", None)
+    skipped: dict[str, str] = {}
     if listed is not None:
         if not isinstance(listed, list | tuple) or not all(
             callable(f) or isinstance(f, ToolSpec) for f in listed
@@ -284,24 +300,38 @@ def load_toolset(source: str | Path) -> Toolset:
             raise ToolsetError(f"{source}: TOOLS must be a list of functions")
         functions: list[Any] = list(listed)
     else:
-        functions = [
-            obj
-            for name, obj in vars(module).items()
-            if not name.startswith("_")
-            and inspect.isfunction(obj)
-            and obj.__module__ == module.__name__
-            and obj.__annotations__
-        ]
+        functions, skipped = _public_functions(module)
     if not functions:
+        why = f" (skipped, without type hints: {', '.join(skipped)})" if skipped else ""
         raise ToolsetError(
-            f"{source}: no tools found; define typed public functions or a TOOLS list"
+            f"{source}: no tools found{why}; define typed public functions or a TOOLS list"
         )
     isolation = getattr(module, "ISOLATION", None)
     if isolation is not None and isolation not in ISOLATIONS:
         raise ToolsetError(f"{source}: ISOLATION must be 'none' or 'process', got {isolation!r}")
     path = Path(source)
     name = str(path.resolve()) if path.is_file() else str(source)
-    return Toolset.from_functions(functions, isolation=isolation, source=name)
+    return Toolset.from_functions(functions, isolation=isolation, source=name, skipped=skipped)
+
+
+UNTYPED = "it has no type hints; annotate its parameters (or list it in TOOLS) to make it a tool"
+"""Why a public function of a toolset without ``TOOLS`` is not a tool."""
+
+
+def _public_functions(module: ModuleType) -> tuple[list[Any], dict[str, str]]:
+    """The module's own public functions: those with type hints, and the rest with why."""
+    tools: list[Any] = []
+    skipped: dict[str, str] = {}
+    for name, obj in vars(module).items():
+        if name.startswith("_") or not inspect.isfunction(obj):
+            continue
+        if obj.__module__ != module.__name__:
+            continue
+        if obj.__annotations__:
+            tools.append(obj)
+        else:
+            skipped[name] = UNTYPED
+    return tools, skipped
 
 
 def _import_source(source: str | Path) -> ModuleType:

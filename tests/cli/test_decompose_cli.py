@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from taskdecomp.cli import main
+from taskdecomp.store import open_store
 from tests.conftest import EXAMPLES
 
 SCRIPT = EXAMPLES / "decomposer" / "script.json"
@@ -108,7 +109,10 @@ def test_environment_budgets_and_decomp_model(
         (["decompose", "g", "--max-depth", "0"], "--max-depth"),
     ],
 )
-def test_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+def test_usage_errors(
+    capsys: pytest.CaptureFixture[str], clean_env: Path, argv: list[str], message: str
+) -> None:
+    open_store(str(clean_env / "runs.db")).close()  # a store, so ids are looked up in it
     code, _, err = cli(capsys, *argv)
     assert code == 2
     assert message in err and err.count("\n") == 1

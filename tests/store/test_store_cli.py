@@ -236,6 +236,7 @@ def assert_usage_error(err: str, *fragments: str) -> None:
 def test_an_unknown_run_id_is_a_usage_error(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    start(project, capsys)
     for command in ("show", "resume"):
         code, _, err = cli(capsys, command, "nope")
         assert code == 2
@@ -272,10 +273,13 @@ def test_a_store_path_through_a_file_is_a_usage_error(
     path = tmp_path / "plainfile" / below
 
     tools, model = str(project / "tools.py"), f"scripted:{project / 'script.json'}"
-    for argv in (("runs",), ("run", "the goal", "--tools", tools, "--model", model)):
-        code, _, err = cli(capsys, *argv, "--db", f"sqlite:///{path}")
-        assert code == 2
-        assert_usage_error(err, "cannot create the folder", str(path), "--db")
+    argv = ("run", "the goal", "--tools", tools, "--model", model)
+    code, _, err = cli(capsys, *argv, "--db", f"sqlite:///{path}")
+    assert code == 2
+    assert_usage_error(err, "cannot create the folder", str(path), "--db")
+    code, _, err = cli(capsys, "runs", "--db", f"sqlite:///{path}")  # reads: creates nothing
+    assert code == 2
+    assert_usage_error(err, "no run store at", str(path), "--db")
 
 
 def test_a_locked_store_is_a_usage_error_and_readers_still_work(

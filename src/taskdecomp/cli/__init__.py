@@ -1,24 +1,42 @@
 """The ``taskdecomp`` command line.
 
 Exit codes: 0 when the work succeeded, 1 when it stopped for any other reason, 2 for a usage
-or configuration error (one line on stderr, no traceback), 130 when interrupted (Ctrl-C).
+or configuration error (one line on stderr, no traceback unless ``--debug``), 3 when a run
+waits for approval, 130 when interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import traceback
+from typing import NoReturn
 
 import click
 
-from taskdecomp.cli import approvals, runs, serve, trees
-from taskdecomp.cli._app import EXIT_INTERRUPTED, EXIT_USAGE, app
+from taskdecomp.cli import approvals, runs, serve, tools, trees
+from taskdecomp.cli._app import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    PipeClosed,
+    app,
+    debug_enabled,
+    set_debug,
+)
 from taskdecomp.errors import ConfigError
+from taskdecomp.models import local
+from taskdecomp.settings import load_settings
 
-__all__ = ["app", "approvals", "main", "runs", "serve", "trees"]
+__all__ = ["app", "approvals", "main", "runs", "serve", "tools", "trees"]
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> NoReturn:
     """Entry point: run the CLI and exit with its code."""
+    try:
+        set_debug(load_settings().debug)
+    except ConfigError:
+        set_debug(False)  # the command reads the settings again and reports the problem
     try:
         code = app.main(args=argv, prog_name="taskdecomp", standalone_mode=False)
     except click.UsageError as exc:
@@ -27,16 +45,38 @@ def main(argv: list[str] | None = None) -> None:
         _fail(exc.format_message())
     except click.Abort as exc:
         if isinstance(exc.__context__, KeyboardInterrupt):
-            sys.exit(EXIT_INTERRUPTED)  # Ctrl-C before or outside a run: nothing to report
+            _exit(EXIT_INTERRUPTED)  # Ctrl-C before or outside a run: nothing to report
         _fail("aborted")
     except KeyboardInterrupt:
-        sys.exit(EXIT_INTERRUPTED)
+        _exit(EXIT_INTERRUPTED)
+    except PipeClosed:
+        _exit(0, stdout_gone=True)  # the reader had what it wanted (| head)
     except ConfigError as exc:
+        if debug_enabled():
+            traceback.print_exception(exc)
         _fail(str(exc))
-    sys.exit(code if isinstance(code, int) else 0)
+    _exit(code if isinstance(code, int) else 0)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     first = " ".join(message.split())
     print(f"taskdecomp: error: {first}", file=sys.stderr)
-    sys.exit(EXIT_USAGE)
+    _exit(EXIT_USAGE)
+
+
+def _exit(code: int, *, stdout_gone: bool = False) -> NoReturn:
+    """Exit with ``code``, at once and quietly when Ctrl-C comes again meanwhile.
+
+    While the embedded model still works on a call the run abandoned (Ctrl-C, a deadline),
+    the process ends without the interpreter's cleanup: that would wait for the call, or
+    free the model under it.
+    """
+    if stdout_gone:  # nothing more can reach it; keep the final flush from failing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    if local.busy():
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)

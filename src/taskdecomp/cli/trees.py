@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
 from taskdecomp.cli import _app
 from taskdecomp.cli._app import (
     DB_OPTION,
     EXIT_STOPPED,
+    GOAL_FILE_OPTION,
     app,
     build_models,
     echo_json,
     open_run_store,
+    read_goal,
 )
+from taskdecomp.cli.display import Activity, Column, console, fitted_table, line, literal
 from taskdecomp.decomposition import DecompositionResult
 from taskdecomp.settings import (
     choose_model,
@@ -34,6 +38,7 @@ from taskdecomp.tree import NodeId, PlanTree, PlanTreeId
 
 @app.command("decompose")
 @click.argument("goal", required=False)
+@GOAL_FILE_OPTION
 @click.option(
     "--plan", "plan_id", type=int, help="Decompose this stored plan instead of a new one."
 )
@@ -67,6 +72,7 @@ from taskdecomp.tree import NodeId, PlanTree, PlanTreeId
 @DB_OPTION
 def decompose_command(
     goal: str | None,
+    goal_file: Path | None,
     plan_id: int | None,
     node_id: int | None,
     expand_depth: int | None,
@@ -80,10 +86,12 @@ def decompose_command(
 ) -> int:
     """Decompose GOAL into a new plan tree, or a stored plan (--plan), or one node (--node).
 
-    Budgets also read DECOMP_<NAME> from the environment or .env (DECOMP_MAX_DEPTH, ...).
+    GOAL may be - to read it from standard input (or use --goal-file). Budgets also read
+    DECOMP_<NAME> from the environment or .env (DECOMP_MAX_DEPTH, ...).
     Exit code: 0 when every node asked was decomposed, 1 when a node failed or the deadline
     passed, 2 on usage errors.
     """
+    goal = read_goal(goal, goal_file, required=False)
     _check_mode(goal, plan_id, node_id, expand_depth, overwrite)
     settings, decomp = load_settings(), load_decomp_settings()
     options = decomp.options(
@@ -101,23 +109,24 @@ def decompose_command(
     decomposer_model, _ = build_models(
         spec, None, base_url=base_url, openai_settings=openai_settings
     )
-    err = Console(stderr=True, highlight=False)
-    with open_run_store(settings, db) as store:
+    activity = None if as_json else Activity(console(stderr=True))
+    with open_run_store(settings, db, create=goal is not None, quiet=as_json) as store:
         repository = TreeRepository(store)
         decomposer = PlanDecomposer(
             repository,
             decomposer_model,
             options=options,
-            on_progress=None if as_json else lambda line: err.print(f"[dim]{escape(line)}[/]"),
+            on_progress=None if activity is None else activity.note,
         )
-        tree_id, result = asyncio.run(_decompose(decomposer, goal, plan_id, node_id))
+        with activity or contextlib.nullcontext():
+            tree_id, result = asyncio.run(_decompose(decomposer, goal, plan_id, node_id))
         tree = repository.get_plan_tree(tree_id)
     if result is not None:
         return _report(result, tree, as_json=as_json)
     if as_json:
         echo_json(tree.to_dict())
     else:
-        _draw(Console(highlight=False), tree)
+        _draw(console(), tree)
     return 0
 
 
@@ -154,25 +163,25 @@ def _report(result: DecompositionResult, tree: PlanTree, *, as_json: bool) -> in
     if as_json:
         echo_json(result.to_dict())
     else:
-        console = Console(highlight=False)
-        _draw(console, tree, created={node.id for node in result.created_tasks})
-        console.print(escape(result.summary()), soft_wrap=True)
+        out = console()
+        _draw(out, tree, created={node.id for node in result.created_tasks})
+        out.print(literal(result.summary()), soft_wrap=True)
     failed = result.failed_nodes or result.stopped_reason in ("max_seconds", "cancelled")
     return EXIT_STOPPED if failed else 0
 
 
-def _draw(console: Console, tree: PlanTree, *, created: set[NodeId] | None = None) -> None:
+def _draw(out: Console, tree: PlanTree, *, created: set[NodeId] | None = None) -> None:
     """The plan tree as a tree; new nodes in green, leaves marked."""
-    root = Tree(f"[bold]plan #{tree.id}[/] {escape(tree.title)}")
+    root = Tree(line((f"plan #{tree.id} ", "bold"), literal(tree.title)))
     branches: dict[NodeId | None, Tree] = {None: root}
     for node, _depth in tree.walk():
-        label = f"[dim]\\[{node.id}][/] {escape(node.name)}"
+        label = line((f"[{node.id}] ", "dim"), literal(node.name))
         if created and node.id in created:
-            label = f"[green]{label}[/]"
+            label.stylize("green")
         if node.leaf:
-            label += " [dim](leaf)[/]"
+            label.append(" (leaf)", style="dim")
         branches[node.id] = branches[node.parent_id].add(label)
-    console.print(root)
+    out.print(root)
 
 
 @app.command("tree")
@@ -192,13 +201,21 @@ def tree_command(plan_id: int | None, as_json: bool, db: str | None) -> int:
         if as_json:
             echo_json(tree.to_dict())
         else:
-            _draw(Console(highlight=False), tree)
+            _draw(console(), tree)
         return 0
     if as_json:
         echo_json([{"id": i, "title": t, "nodes": n} for i, t, n in plans])
         return 0
-    table = Table("plan", "title", "nodes")
-    for plan, title, count in plans:
-        table.add_row(str(plan), escape(title), str(count))
-    Console(highlight=False).print(table)
+    out = console()
+    columns = [
+        Column(header="plan", justify="right"),
+        Column(header="title", kind="flex"),
+        Column(header="nodes", justify="right"),
+    ]
+    rows = [[literal(plan), _one_line(title), literal(count)] for plan, title, count in plans]
+    out.print(fitted_table(columns, rows, width=out.width))
     return 0
+
+
+def _one_line(text: str) -> Text:
+    return literal(" ".join(text.split()), limit=200)

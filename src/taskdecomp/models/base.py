@@ -7,10 +7,18 @@ stop reasons.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 from taskdecomp.stops import LlmPhase
+
+Stage = Literal["loading", "generating"]
+"""How far a model call is: its model file is loading, or it is writing its answer."""
+
+Progress = Callable[[Stage, int], None]
+"""Told how a call goes: the stage and the tokens written so far. A provider may call it
+from any thread, as often as it likes; the caller throttles and forwards it."""
 
 
 class Message(TypedDict):
@@ -31,6 +39,8 @@ class ModelRequest:
     """When set, the answer must be JSON matching this schema (structured output)."""
     schema_name: str = "response"
     """A name for ``json_schema`` (OpenAI's ``response_format`` wants one)."""
+    progress: Progress | None = field(default=None, compare=False, repr=False)
+    """Where a provider that can say how far it is (a streaming one) reports it."""
 
     def text(self) -> str:
         """All message contents, joined by newlines (what scripted rules match against)."""

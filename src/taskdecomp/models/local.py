@@ -10,18 +10,20 @@ model can only write JSON of that shape: for plans, only allowed tool names and,
 tool, only its arguments. The policy boundary still validates the answer.
 
 A model file is loaded once per process and shared; calls to one file run one at a time
-in a worker thread (llama.cpp contexts are not thread-safe), so the event loop stays free.
+(llama.cpp contexts are not thread-safe), each in a daemon worker thread, so the event loop
+stays free. The answer is streamed: ``request.progress`` hears the tokens as they come, and
+a cancelled call stops at its next token instead of running to its end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import importlib.util
 import os
 import threading
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,14 +71,52 @@ def is_available() -> bool:
     return llama_cpp_installed() and default_gguf() is not None
 
 
+CLOSE_WAIT = 30.0
+"""Seconds the exit waits for an abandoned call to reach its next token before the model is
+freed; one still busy then is left alone (freeing it under a running call would crash)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Loaded:
     llama: Any
     lock: threading.Lock
+    """Held while a call uses the model (llama.cpp contexts are not thread-safe)."""
 
 
-@cache
+_models: dict[tuple[str, int, int], _Loaded] = {}
+_loading = threading.Lock()
+_workers = 0
+_workers_lock = threading.Lock()
+
+
+class _Abandoned(Exception):
+    """The caller gave the call up (a cancelled run): the worker stops at the next token."""
+
+
+def busy() -> bool:
+    """Whether a worker thread is still inside llama.cpp (a call a cancelled run abandoned).
+
+    The command line exits without running interpreter finalizers while this holds, so
+    nothing frees the model under the running call.
+    """
+    return _workers > 0
+
+
+def _count_worker(delta: int) -> None:
+    global _workers
+    with _workers_lock:
+        _workers += delta
+
+
 def _load(path: str, n_ctx: int, n_threads: int) -> _Loaded:
+    with _loading:
+        loaded = _models.get((path, n_ctx, n_threads))
+        if loaded is None:
+            loaded = _models[(path, n_ctx, n_threads)] = _open(path, n_ctx, n_threads)
+        return loaded
+
+
+def _open(path: str, n_ctx: int, n_threads: int) -> _Loaded:
     from llama_cpp import Llama
 
     try:
@@ -85,10 +125,19 @@ def _load(path: str, n_ctx: int, n_threads: int) -> _Loaded:
         raise ModelError(
             "load", f"cannot load GGUF file {path!r}: {exc}; check that it is a GGUF model"
         ) from exc
+    loaded = _Loaded(llama=llama, lock=threading.Lock())
     # Free the model while llama.cpp is still loaded; freeing it from a finalizer during
     # interpreter shutdown prints errors.
-    atexit.register(llama.close)
-    return _Loaded(llama=llama, lock=threading.Lock())
+    atexit.register(_close, loaded)
+    return loaded
+
+
+def _close(loaded: _Loaded) -> None:
+    if loaded.lock.acquire(timeout=CLOSE_WAIT):
+        try:
+            loaded.llama.close()
+        finally:
+            loaded.lock.release()
 
 
 class LocalModel:
@@ -156,24 +205,68 @@ class LocalModel:
         return f"LocalModel({str(self._path)!r}, constrain={self._constrain!r})"
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Answer in a worker thread.
+        """Answer in a worker thread, streaming tokens to ``request.progress``.
+
+        Cancelling the call returns at once: the worker stops at its next token (reading
+        the prompt cannot be interrupted) and releases the model for the next call.
 
         Raises:
             ModelError: the file cannot be loaded (``load``), the prompt does not fit the
                 context window (``context``), or llama.cpp failed (``local``).
         """
-        return await asyncio.to_thread(self._complete, request)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[ModelResponse] = loop.create_future()
+        stop = threading.Event()
+        worker = threading.Thread(
+            target=self._work,
+            args=(request, stop, loop, answer),
+            name=f"taskdecomp {self._name}",
+            daemon=True,  # an abandoned call must never keep the process alive
+        )
+        _count_worker(1)
+        try:
+            worker.start()
+        except BaseException:
+            _count_worker(-1)
+            raise
+        try:
+            return await answer
+        finally:
+            stop.set()
 
     def load(self) -> None:
         """Load the model file now instead of at the first call (it is cached per process)."""
         _load(str(self._path), self._n_ctx, self._n_threads)
 
-    def _complete(self, request: ModelRequest) -> ModelResponse:
-        loaded = _load(str(self._path), self._n_ctx, self._n_threads)
-        params = self._params(request)
+    def _work(
+        self,
+        request: ModelRequest,
+        stop: threading.Event,
+        loop: asyncio.AbstractEventLoop,
+        answer: asyncio.Future[ModelResponse],
+    ) -> None:
+        outcome: ModelResponse | Exception
+        try:
+            outcome = self._complete(request, stop)
+        except Exception as exc:  # handed to the caller, who may have gone
+            outcome = exc
+        finally:
+            _count_worker(-1)
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            loop.call_soon_threadsafe(_settle, answer, outcome)
+
+    def _complete(self, request: ModelRequest, stop: threading.Event) -> ModelResponse:
+        key = (str(self._path), self._n_ctx, self._n_threads)
+        if key not in _models and request.progress is not None:
+            request.progress("loading", 0)
+        loaded = _load(*key)
         with loaded.lock:
+            if stop.is_set():
+                raise _Abandoned
+            if request.progress is not None:
+                request.progress("generating", 0)  # reading the prompt comes first
             try:
-                answer = loaded.llama.create_chat_completion(**params)
+                return self._generate(loaded.llama, request, stop)
             except ValueError as exc:
                 raise ModelError(
                     "context",
@@ -182,7 +275,34 @@ class LocalModel:
                 ) from exc
             except RuntimeError as exc:
                 raise ModelError("local", f"{self._name}: llama.cpp failed: {exc}") from exc
-        return _response(answer, request)
+
+    def _generate(self, llama: Any, request: ModelRequest, stop: threading.Event) -> ModelResponse:
+        """Stream the answer, checking ``stop`` between tokens."""
+        chunks = llama.create_chat_completion(stream=True, **self._params(request))
+        pieces: list[str] = []
+        finish: str | None = None
+        prompt_tokens: int | None = None
+        try:
+            for chunk in chunks:
+                if stop.is_set():
+                    raise _Abandoned
+                if prompt_tokens is None:  # the prompt is read: llama.cpp holds just it
+                    prompt_tokens = int(llama.n_tokens)
+                choice = (chunk.get("choices") or [{}])[0]
+                piece = (choice.get("delta") or {}).get("content")
+                if piece:
+                    pieces.append(piece)
+                    if request.progress is not None:
+                        request.progress("generating", len(pieces))
+                finish = choice.get("finish_reason") or finish
+        finally:
+            chunks.close()
+        return ModelResponse(
+            text="".join(pieces),
+            tokens_in=prompt_tokens or estimate_tokens(request.text()),
+            tokens_out=len(pieces),
+            finish_reason=finish,
+        )
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -197,14 +317,10 @@ class LocalModel:
         return params
 
 
-def _response(answer: Any, request: ModelRequest) -> ModelResponse:
-    choices = answer.get("choices") or [{}]
-    choice = choices[0]
-    text = (choice.get("message") or {}).get("content") or ""
-    usage = answer.get("usage") or {}
-    return ModelResponse(
-        text=text,
-        tokens_in=int(usage.get("prompt_tokens") or estimate_tokens(request.text())),
-        tokens_out=int(usage.get("completion_tokens") or 0),
-        finish_reason=choice.get("finish_reason"),
-    )
+def _settle(answer: asyncio.Future[ModelResponse], outcome: ModelResponse | Exception) -> None:
+    if answer.done():  # the caller gave up
+        return
+    if isinstance(outcome, Exception):
+        answer.set_exception(outcome)
+    else:
+        answer.set_result(outcome)

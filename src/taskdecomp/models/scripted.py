@@ -80,6 +80,21 @@ class ScriptedModel:
         """The model string."""
         return self._name
 
+    @property
+    def in_order(self) -> bool:
+        """Whether it answers in call order (a list of responses), not by rules."""
+        return self._responses is not None
+
+    def skip(self, calls: int) -> None:
+        """Drop the answers of the first ``calls`` calls: a resumed run goes on from there.
+
+        A list script answers by position, so a run continued from the store (``resume``,
+        ``approve``) must not hear the first answers again. Rules answer by content and
+        need no skipping.
+        """
+        if self._responses is not None:
+            del self._responses[:calls]
+
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedModel:
         """Load a script file.
@@ -115,9 +130,9 @@ class ScriptedModel:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer from the script."""
         self.calls.append(request)
+        answer = self._next_answer(request)  # taken at the call, as a run counts its calls
         if self._latency:
             await asyncio.sleep(self._latency)
-        answer = self._next_answer(request)
         if isinstance(answer, dict) and set(answer) == {"error"}:
             kind = str(answer["error"])
             if kind == "timeout":

@@ -147,11 +147,22 @@ async def _under_deadline(
             await phases(ctx, outcome)
     except StopRun as signal:
         outcome.stop(signal)
+        outcome.message = _skipped_note(ctx.gateway.toolset, outcome)
     except TimeoutError:
         if not deadline.expired():
             raise
         outcome.reason = stops.MAX_SECONDS
         outcome.message = f"the run passed its {budget.max_seconds}s deadline"
+
+
+def _skipped_note(toolset: Toolset, outcome: Outcome) -> str | None:
+    """The stop's message, plus why, when it names a function the toolset skipped."""
+    family, _, name = outcome.reason.rpartition(":")
+    why = toolset.skipped.get(name)
+    if why is None or "tool" not in family:
+        return outcome.message
+    note = f"{name!r} is a function in the toolset but not a tool: {why}"
+    return f"{outcome.message}; {note}" if outcome.message else note
 
 
 def finish(ctx: RunContext, outcome: Outcome, started: float) -> RunResult:

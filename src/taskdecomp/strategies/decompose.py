@@ -33,7 +33,13 @@ from taskdecomp.decomposition import (
     response_schema,
     validate_payload,
 )
-from taskdecomp.errors import ModelError, ModelTimeoutError, StoreError, TreeNotFoundError
+from taskdecomp.errors import (
+    ConfigError,
+    ModelError,
+    ModelTimeoutError,
+    StoreError,
+    TreeNotFoundError,
+)
 from taskdecomp.models import Model, ModelRequest, resolve_model
 from taskdecomp.prompts import render
 from taskdecomp.stops import StopRun, with_detail
@@ -41,7 +47,7 @@ from taskdecomp.store.trees import TreeRepository
 from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTree, PlanTreeId
 
 Progress = Callable[[str], None]
-"""Receives one line of progress per answered node."""
+"""Receives one line of progress per level and per answered node."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,7 +96,8 @@ class PlanDecomposer:
         repository: where plan trees are stored.
         model: the decomposer's model (a :class:`~taskdecomp.models.Model` or model string).
         options: default budgets and switches; each call may pass others.
-        on_progress: receives a line per answered node.
+        on_progress: receives a line per level (nodes created so far, of the budget) and
+            per answered node.
         clock: monotonic clock, for tests.
     """
 
@@ -112,7 +119,13 @@ class PlanDecomposer:
     async def create_plan(
         self, title: str, *, instruction: str = "", options: DecompOptions | None = None
     ) -> tuple[PlanTree, DecompositionResult | None]:
-        """Store a plan whose one root is ``title``; decompose it when ``auto_on_create``."""
+        """Store a plan whose one root is ``title``; decompose it when ``auto_on_create``.
+
+        Raises:
+            ConfigError: ``title`` is empty or only whitespace.
+        """
+        if not title.strip():
+            raise ConfigError("the goal is empty; say in words what the plan should achieve")
         opts = options or self.options
         tree = self.repository.create_plan(title, [NewNode(name=title, instruction=instruction)])
         if not opts.auto_on_create:
@@ -186,6 +199,12 @@ class PlanDecomposer:
             else:
                 todo.append((node, depth))
         asked = todo[: max(job.opts.total_node_budget - len(job.created), 0)]
+        if asked:
+            self._progress(
+                f"level {job.stats['levels']}: asking about {len(asked)} "
+                f"node{'s' if len(asked) > 1 else ''} "
+                f"({len(job.created)}/{job.opts.total_node_budget} nodes so far)"
+            )
         semaphore = asyncio.Semaphore(job.opts.concurrency)
         answers = await asyncio.gather(
             *(self._ask(job, tree, node, semaphore) for node, _ in asked)

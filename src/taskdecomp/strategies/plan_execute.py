@@ -20,7 +20,7 @@ from taskdecomp import durable
 from taskdecomp.budget import MIN_PLAN_STEPS, Budget
 from taskdecomp.errors import ConfigError
 from taskdecomp.events import PlanCreated, RunStarted, Subscriber
-from taskdecomp.models import Model, ModelRequest, resolve_model
+from taskdecomp.models import Model, ModelRequest, ScriptedModel, resolve_model
 from taskdecomp.models.schemas import plan_schema
 from taskdecomp.plan import Plan
 from taskdecomp.policy import parse_model_json, validate_plan_action
@@ -87,10 +87,11 @@ async def run(
             dies (see :func:`resume`); renewed every third of it while the run is in flight.
 
     Raises:
-        ConfigError: the toolset or a model string cannot be loaded, or the strategy is
-            unknown (before the run starts).
+        ConfigError: the goal is empty, the toolset or a model string cannot be loaded, or
+            the strategy is unknown (before the run starts).
         StoreError: the store cannot be written; the run is then left to :func:`resume`.
     """
+    _check_goal(goal)
     options = _options(strategy, replan)
     toolset = as_toolset(tools)
     budget = budget or Budget()
@@ -119,6 +120,16 @@ async def run(
     phases = _phases(budget, combiner, options, None)
     async with durable.leased(ctx.journal):
         return await execute(ctx, Outcome(), budget, phases, started=started)
+
+
+def _check_goal(goal: str) -> None:
+    """Refuse an empty goal: there is nothing to plan, and no answer could be right.
+
+    Raises:
+        ConfigError: ``goal`` is empty or only whitespace.
+    """
+    if not goal.strip():
+        raise ConfigError("the goal is empty; say in words what the run should achieve")
 
 
 def _options(strategy: str, replan: ReplanOptions | None) -> ReplanOptions | None:
@@ -290,6 +301,7 @@ async def continue_run(
         planner = resolve_model(model or durable.require(stored.model, "model", stored.run_id))
         combiner_spec = combiner_model or config.combiner_model
         combiner = resolve_model(combiner_spec) if combiner_spec is not None else None
+        _carry_on_scripts(stored, planner)
     except BaseException:
         store.release_lease(lease)
         raise
@@ -316,6 +328,17 @@ async def continue_run(
         )
         phases = _phases(budget, combiner, options, stored)
         return await execute(ctx, outcome, budget, phases, started=started)
+
+
+def _carry_on_scripts(stored: StoredRun, planner: Model) -> None:
+    """Make a list-form scripted planner go on after the answers the run already used.
+
+    The stored run counts its model calls (``usage.llm_calls``), and a script takes an
+    answer per call. All were the planner's, or the last was a separate combiner's, after
+    which a resumed run does not ask the planner again.
+    """
+    if isinstance(planner, ScriptedModel) and planner.in_order:
+        planner.skip(stored.usage.llm_calls)
 
 
 async def _plan(ctx: RunContext, outcome: Outcome, budget: Budget) -> Plan:

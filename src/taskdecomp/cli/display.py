@@ -1,0 +1,316 @@
+"""How the command line prints: literal text, tables that fit the terminal, live progress.
+
+User and model text (goals, titles, tool errors, answers) is printed literally, as
+:class:`rich.text.Text`: never read as markup or emoji codes, so ``openai:m:`` stays as it
+is. Tables keep identifiers and states whole and shrink the free text instead. While a run
+works, :class:`Activity` keeps a live status line on a terminal (what runs, for how long,
+tokens so far) and prints one plain line per phase elsewhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal
+
+from rich.cells import cell_len
+from rich.console import Console, RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+
+from taskdecomp.events import (
+    AgentTurn,
+    ApprovalRequested,
+    Event,
+    ModelCalled,
+    ModelProgress,
+    PlanCreated,
+    PlanRevised,
+    ReplanDecided,
+    StepFinished,
+    StepStarted,
+)
+
+GAP = 2
+"""Spaces between two table columns."""
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Let the entry point end quietly (rich's own way exits with status 1)."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console that prints text as it is: no emoji codes, no colours guessed from content."""
+    return _Console(stderr=stderr, highlight=False, emoji=False)
+
+
+def literal(value: object, style: str = "", *, limit: int | None = None) -> Text:
+    """``value`` as text printed as it is, cut to ``limit`` characters when given."""
+    text = str(value)
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return Text(text.encode("utf-8", "backslashreplace").decode("utf-8"), style=style)
+
+
+def line(*parts: str | Text | tuple[str, str]) -> Text:
+    """One line from parts: strings and ``(text, style)`` pairs, and ``Text`` for data."""
+    return Text.assemble(*parts)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Column:
+    """How a table column behaves when the terminal is narrow."""
+
+    header: str
+    kind: Literal["keep", "wrap", "flex"] = "keep"
+    """``keep``: always whole (ids, states); ``wrap``: folded onto more lines;
+    ``flex``: shrinks first, cut with an ellipsis (the one free-text column)."""
+    min_width: int = 10
+    """Narrowest a ``wrap`` or ``flex`` column gets."""
+    drop: int = 0
+    """When even the narrowest layout does not fit, columns with ``drop`` > 0 are left out,
+    the highest first."""
+    justify: Literal["left", "right"] = "left"
+
+
+def fitted_table(
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[Text]],
+    *,
+    width: int,
+    title: str | None = None,
+) -> Table:
+    """A table no wider than ``width`` whenever its ``keep`` columns allow it."""
+    natural = [
+        max([cell_len(c.header), *(_widest(row[i]) for row in rows)]) for i, c in enumerate(columns)
+    ]
+    shown = list(range(len(columns)))
+    widths = _fit(columns, natural, shown, width)
+    while widths is None:
+        droppable = [i for i in shown if columns[i].drop > 0]
+        if not droppable:
+            widths = _narrowest(columns, natural, shown)
+            break
+        shown.remove(max(droppable, key=lambda i: columns[i].drop))
+        widths = _fit(columns, natural, shown, width)
+    table = Table(
+        title=title,
+        title_justify="left",
+        title_style="bold",
+        box=None,
+        pad_edge=False,
+        padding=(0, GAP // 2),
+        header_style="bold",
+    )
+    for i in shown:
+        column = columns[i]
+        table.add_column(
+            column.header,
+            width=widths[i],
+            justify=column.justify,
+            no_wrap=column.kind != "wrap",
+            overflow="fold" if column.kind == "wrap" else "ellipsis",
+        )
+    for row in rows:
+        table.add_row(*(row[i] for i in shown))
+    return table
+
+
+def _widest(cell: Text) -> int:
+    return max((cell_len(part) for part in cell.plain.splitlines()), default=0)
+
+
+def _fit(
+    columns: Sequence[Column], natural: list[int], shown: list[int], width: int
+) -> dict[int, int] | None:
+    """Widths for the ``shown`` columns within ``width``, or ``None``.
+
+    The flex column shrinks first, then the wrap columns, widest first; ``None`` when
+    they do not fit even at their narrowest.
+    """
+    widths = {i: natural[i] for i in shown}
+    excess = sum(widths.values()) + GAP * (len(shown) - 1) - width
+    for i in (i for i in shown if columns[i].kind == "flex"):
+        cut = min(excess, widths[i] - min(columns[i].min_width, natural[i]))
+        if cut > 0:
+            widths[i] -= cut
+            excess -= cut
+    wrapping = [i for i in shown if columns[i].kind == "wrap"]
+    while excess > 0:
+        roomy = [i for i in wrapping if widths[i] > min(columns[i].min_width, natural[i])]
+        if not roomy:
+            return None
+        widest = max(roomy, key=lambda i: widths[i])
+        widths[widest] -= 1
+        excess -= 1
+    return widths
+
+
+def _narrowest(columns: Sequence[Column], natural: list[int], shown: list[int]) -> dict[int, int]:
+    return {
+        i: natural[i] if columns[i].kind == "keep" else min(columns[i].min_width, natural[i])
+        for i in shown
+    }
+
+
+@dataclass(kw_only=True)
+class _Call:
+    phase: str
+    model: str
+    since: float
+    stage: str = "started"
+    tokens: int = 0
+
+
+class Activity:
+    """What a run is doing, on ``console`` (stderr).
+
+    A line per event worth attention, and on a terminal a live status line (a spinner, the
+    model and phase, seconds, tokens so far).
+
+    Use it as a context manager around the run and as its event subscriber.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self._live: Live | None = None
+        self._since = time.monotonic()
+        self._call: _Call | None = None
+        self._steps: dict[int, tuple[str, float]] = {}
+        self._note: Text | None = None
+        self._spinner = Spinner("dots", style="cyan")
+
+    @property
+    def on_terminal(self) -> bool:
+        """Whether the status is drawn live (stderr is a terminal that can redraw)."""
+        return self._console.is_terminal and not self._console.is_dumb_terminal
+
+    def __enter__(self) -> Activity:
+        if self.on_terminal:
+            self._live = Live(
+                console=self._console,
+                get_renderable=self._render,
+                transient=True,
+                refresh_per_second=8,
+                redirect_stdout=False,
+            )
+            self._live.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def note(self, text: str) -> None:
+        """A line of progress from elsewhere (the decomposer): printed, and in the status."""
+        self._note = literal(text)
+        self._console.print(literal(text, "dim"))
+
+    def __call__(self, event: Event) -> None:
+        """Show ``event``."""
+        if isinstance(event, ModelProgress):
+            self._model_progress(event)
+        elif isinstance(event, ModelCalled):
+            self._call = None
+            mark = ("ok", "green") if event.ok else ("failed", "red")
+            self._print(("model ", "dim"), event.phase, " ", mark, f" ({event.seconds:.2f}s)")
+        elif isinstance(event, PlanCreated):
+            self._print(("plan ", "dim"), f"{len(event.plan.steps)} steps")
+        elif isinstance(event, StepStarted):
+            self._steps[event.step_no] = (event.step.tool_name, time.monotonic())
+            step = event.step
+            self._print(
+                ("step ", "dim"), f"{event.step_no} ", literal(step.id), " -> ", step.tool_name
+            )
+        elif isinstance(event, StepFinished):
+            self._steps.pop(event.entry.step_no, None)
+            if not event.entry.ok:
+                reason = event.entry.stop_reason or event.entry.error or ""
+                self._print((f"step {event.entry.step_no} stopped: ", "red"), literal(reason))
+        else:
+            self._replan(event)
+
+    def _model_progress(self, event: ModelProgress) -> None:
+        call = self._call
+        if event.stage == "started" or call is None:
+            call = self._call = _Call(phase=event.phase, model=event.model, since=time.monotonic())
+            if not self.on_terminal:
+                self._print(
+                    ("model ", "dim"), f"{event.phase} started (", literal(event.model), ")"
+                )
+        if event.stage == "loading" and call.stage != "loading" and not self.on_terminal:
+            self._print(("model ", "dim"), f"{event.phase} loading the model file")
+        call.stage, call.tokens = event.stage, max(call.tokens, event.tokens_out)
+
+    def _replan(self, event: Event) -> None:
+        if isinstance(event, ReplanDecided):
+            self._print(("replan ", "dim"), f"round {event.iteration}: {event.kind}")
+        elif isinstance(event, PlanRevised):
+            change = "revised" if event.changed else "unchanged"
+            self._print(("plan ", "dim"), f"{change}: {len(event.plan.steps)} steps left")
+        elif isinstance(event, AgentTurn):
+            what = f"call {event.tool}" if event.action == "call" else "finish"
+            self._print(
+                ("agent ", "dim"), f"step {event.step_no} turn {event.turn}: ", literal(what)
+            )
+        elif isinstance(event, ApprovalRequested):
+            self._print(("waiting for approval: ", "yellow"), literal(event.request.describe()))
+
+    def _print(self, *parts: str | Text | tuple[str, str]) -> None:
+        self._console.print(line(*parts), soft_wrap=True)
+
+    def _render(self) -> RenderableType:
+        status = self.status(time.monotonic())
+        status.no_wrap, status.overflow = True, "ellipsis"  # one line, whatever the width
+        self._spinner.update(text=status)
+        return self._spinner
+
+    def status(self, now: float) -> Text:
+        """The status line at ``now``, with the seconds it has taken.
+
+        The model call, else the running steps, else the last note.
+        """
+        call = self._call
+        if call is not None:
+            doing = {
+                "loading": "loading the model file",
+                "generating": f"{call.tokens} tokens" if call.tokens else "reading the prompt",
+            }
+            return line(
+                ("model ", "dim"),
+                f"{call.phase} · {_seconds(now - call.since)} · ",
+                doing.get(call.stage, "waiting for the answer"),
+                " · ",
+                literal(short_model(call.model)),
+            )
+        steps = dict(self._steps)  # a copy: the run's thread changes it meanwhile
+        if steps:
+            step_no, (tool, since) = min(steps.items())
+            more = f" (+{len(steps) - 1} more)" if len(steps) > 1 else ""
+            return line(
+                ("step ", "dim"), f"{step_no} · {_seconds(now - since)} · ", literal(tool), more
+            )
+        note = self._note or Text("working")
+        return line(_seconds(now - self._since), " · ", note)
+
+
+def short_model(name: str) -> str:
+    """A model's name for a status line: a file path only by its file name."""
+    provider, colon, rest = name.partition(":")
+    if colon and "/" in rest:
+        return f"{provider}:{rest.rsplit('/', 1)[-1]}"
+    return name
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.0f}s" if seconds < 60 else f"{int(seconds // 60)}m{seconds % 60:02.0f}s"
