@@ -154,18 +154,7 @@ class RunService:
                 f"run {run_id!r} already ended ({summary.status}, {summary.stop_reason}); "
                 "nothing to resume",
             )
-        toolset, model = self._stored_parts(stored)
-        await self._launch(
-            stored.run_id,
-            lambda on_event: resume(
-                run_id,
-                store=self.store,
-                tools=toolset,
-                model=model,
-                on_event=on_event,
-                lease_seconds=self.config.lease_seconds,
-            ),
-        )
+        await self._continue(stored, resume)
 
     async def approve(self, run_id: str, plan: Any) -> None:
         """Approve what a paused run waits for and continue it in the background.
@@ -175,17 +164,23 @@ class RunService:
             ConfigError: the edited plan is refused (409, nothing written).
         """
         stored = await self._idle(run_id)
+        await self._continue(stored, approve, plan=plan)
+
+    async def _continue(
+        self, stored: StoredRun, action: Callable[..., Coroutine[Any, Any, RunResult]], **extra: Any
+    ) -> None:
+        """Run ``action`` (resume, approve) on ``stored`` in the background, with its parts."""
         toolset, model = self._stored_parts(stored)
         await self._launch(
             stored.run_id,
-            lambda on_event: approve(
-                run_id,
+            lambda on_event: action(
+                stored.run_id,
                 store=self.store,
-                plan=plan,
                 tools=toolset,
                 model=model,
                 on_event=on_event,
                 lease_seconds=self.config.lease_seconds,
+                **extra,
             ),
         )
 

@@ -395,11 +395,7 @@ class SqlStore:
             else None
         )
         with self.write() as conn:
-            if lease is None:
-                conn.execute(_TOUCH_RUN, touch)
-            else:
-                fenced = conn.execute(_FENCED_TOUCH, {**leases.params(lease, now=now), **touch})
-                leases.held(conn, fenced, lease)
+            self._touch(conn, touch, lease, now=now)
             if checkpoint.attempt_id is None:
                 conn.execute(_INSERT_ATTEMPT, attempt_row)
             else:

@@ -356,7 +356,8 @@ class _Loop:
         payload = {**self._progress(), "remaining_steps": self._pending_plan().to_list()}
         payload["available_tools"] = self.catalog
         system = render("replan/replanner", directory=self.options.prompts)
-        finished = sorted(done, key=lambda step_id: self.state.numbers()[step_id])
+        numbers = self.state.numbers()
+        finished = sorted(done, key=numbers.__getitem__)
         schema = decision_schema(
             self.catalog,
             max_steps=self.budget.max_plan_steps,
