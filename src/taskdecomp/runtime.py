@@ -221,8 +221,16 @@ def run_blocking(main: Coroutine[Any, Any, T]) -> T:
             raise KeyboardInterrupt from None
         raise
     finally:
+        if interrupts.count > 1:
+            # A second Ctrl-C leaves at once, cutting tasks off mid-cleanup: whatever they
+            # raised then is not worth a traceback on the way out.
+            loop.set_exception_handler(_quiet)
         _close(loop)
         asyncio.set_event_loop(None)
+
+
+def _quiet(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """An exception handler that reports nothing."""
 
 
 class _CancelOnSigint:
