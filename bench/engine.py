@@ -13,6 +13,12 @@
     from every write, interleaved, best of each; the difference is the lease's share (target
     a few percent; below the noise of a shared disk, which ``bench/store.py`` measures
     write by write).
+(d) Durability, side by side with the same runs in memory: a 50-step sequential chain of
+    no-op tools (zero-latency model; microseconds per step, best of ``--repeat``; target
+    within 2x of memory and under 400 us a step on SQLite, within 3x on PostgreSQL) and the
+    sales workload (5 independent 100 ms tools, model 200 ms; median; target within 1.03 of
+    memory), in each durability mode, with the commits and the fsyncs (durable commits) a
+    run makes.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -81,7 +88,11 @@ async def noop_unsafe(n: int) -> int:
 
 
 async def _timed_run(
-    plan: dict[str, Any], tools: Toolset, latency_ms: float = 0, store: SqlStore | None = None
+    plan: dict[str, Any],
+    tools: Toolset,
+    latency_ms: float = 0,
+    store: SqlStore | None = None,
+    **options: Any,
 ) -> float:
     steps = len(plan["steps"])
     budget = Budget(
@@ -89,7 +100,7 @@ async def _timed_run(
     )
     model = ScriptedModel(responses=[plan, "done"], latency_ms=latency_ms)
     started = time.perf_counter()
-    result = await run("bench", tools=tools, model=model, budget=budget, store=store)
+    result = await run("bench", tools=tools, model=model, budget=budget, store=store, **options)
     elapsed = time.perf_counter() - started
     if not result.ok:
         raise SystemExit(f"benchmark run failed: {result.stop_reason} {result.message}")
@@ -229,6 +240,73 @@ def lease_rows(repeat: int, pg: str) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
+TARGET_CHAIN_RATIO = {"sqlite": 2.0, "postgresql": 3.0}
+TARGET_CHAIN_SQLITE_US = 400
+TARGET_SALES_RATIO = 1.03
+
+
+@dataclass
+class _Figures:
+    chain: list[float]
+    sales: list[float]
+    commits: int = 0
+    fsyncs: int = 0
+    runs: int = 0
+
+
+def _measure(figures: _Figures, repeat: int, store: SqlStore | None, **options: Any) -> None:
+    chain, sales = _plan(50, "noop_async"), _plan(5, "sleep_100ms", dag=True)
+    chain_tools = Toolset.from_functions([noop_async])
+    sales_tools = Toolset.from_functions([sleep_100ms])
+    before = (store.commits, store.durable_commits) if store is not None else (0, 0)
+    for _ in range(repeat):
+        figures.chain.append(asyncio.run(_timed_run(chain, chain_tools, store=store, **options)))
+        figures.sales.append(
+            asyncio.run(_timed_run(sales, sales_tools, 200, store=store, **options))
+        )
+    if store is not None:
+        figures.commits += store.commits - before[0]
+        figures.fsyncs += store.durable_commits - before[1]
+        figures.runs += 2 * repeat
+
+
+def durability_rows(repeat: int, pg: str) -> list[tuple[str, ...]]:
+    memory = _Figures(chain=[], sales=[])
+    stored: dict[tuple[str, str], _Figures] = {}
+    for backend in ("sqlite", "postgresql") if pg else ("sqlite",):
+        with _stores(backend, pg) as (store, _):
+            for _ in range(2):  # interleaved with the in-memory runs, so drift hits all alike
+                _measure(memory, repeat, None)
+                for mode in ("async", "sync"):
+                    figures = stored.setdefault((backend, mode), _Figures(chain=[], sales=[]))
+                    _measure(figures, repeat, store, durability=mode)
+    base_chain, base_sales = min(memory.chain), statistics.median(memory.sales)
+    rows = [("memory", "-", f"{base_chain / 50 * 1e6:.0f}", "1.00", f"{base_sales * 1000:.1f}")]
+    rows[0] += ("1.000", "-", "-", "")
+    for (backend, mode), figures in stored.items():
+        chain, sales = min(figures.chain), statistics.median(figures.sales)
+        chain_ratio, sales_ratio = chain / base_chain, sales / base_sales
+        per_step = chain / 50 * 1e6
+        ok = chain_ratio <= TARGET_CHAIN_RATIO[backend] and sales_ratio <= TARGET_SALES_RATIO
+        if backend == "sqlite":
+            ok = ok and per_step <= TARGET_CHAIN_SQLITE_US
+        verdict = "ok" if ok else ("MISS" if mode == "async" else "")
+        rows.append(
+            (
+                backend,
+                mode,
+                f"{per_step:.0f}",
+                f"{chain_ratio:.2f}",
+                f"{sales * 1000:.1f}",
+                f"{sales_ratio:.3f}",
+                f"{figures.commits / figures.runs:.1f}",
+                f"{figures.fsyncs / figures.runs:.1f}",
+                verdict,
+            )
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per figure (best/median)")
@@ -251,6 +329,20 @@ def main() -> None:
     print(f"{'backend':<12} {'fenced':>10} {'unfenced':>10} {'lease':>8}  {target}")
     for backend, with_lease, without, share, verdict in lease_rows(args.repeat, args.pg):
         print(f"{backend:<12} {with_lease:>10} {without:>10} {share:>8}  {verdict}")
+    print()
+    print(
+        f"(d) durability: 50-step chain (best) and sales workload (median), {args.repeat * 2} runs"
+    )
+    print(
+        f"{'store':<11} {'mode':<6} {'us/step':>8} {'x mem':>6} {'sales ms':>9} {'x mem':>6} "
+        f"{'commits':>8} {'fsyncs':>7}  target async: chain <=2x (PG 3x), <=400 us; sales <=1.03"
+    )
+    for row in durability_rows(args.repeat, args.pg):
+        store, mode, per_step, ratio, sales, sales_ratio, commits, fsyncs, verdict = row
+        print(
+            f"{store:<11} {mode:<6} {per_step:>8} {ratio:>6} {sales:>9} {sales_ratio:>6} "
+            f"{commits:>8} {fsyncs:>7}  {verdict}"
+        )
 
 
 if __name__ == "__main__":

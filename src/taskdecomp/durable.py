@@ -16,24 +16,37 @@ A journal holds its run's :class:`~taskdecomp.store.base.Lease`: every write is 
 or a renewal finds the run taken over, the journal writes nothing more, and every write,
 tool call and model call it is asked for stops the run with ``lease_lost`` instead.
 
-Writes are synchronous and short (about a millisecond a checkpoint on SQLite, see
-``bench/store.py``): a write cannot be torn by the cancellation of the task that makes it,
-and writes happen in the order the engine made them.
+How hard a write waits is the run's :data:`Durability`:
+
+- ``async`` (the default): writes are handed to a :class:`~taskdecomp.writer.GroupWriter`, a
+  thread that commits everything queued since its last commit in one transaction that does
+  not wait for the disk. Only the intent before an ``unsafe`` call and the end of the run are
+  barriers: the run waits (without blocking its other steps) until they, and everything
+  before them, are on disk. A crash can lose the last finished ``read_only`` or
+  ``idempotent`` steps, which a resume runs again with the same idempotency key; never an
+  ``unsafe`` intent, and nothing once the end is reported.
+- ``sync``: every write is its own durable transaction, made on the event loop before the
+  run goes on (about a millisecond a checkpoint on SQLite, see ``bench/store.py``).
+
+Either way a write cannot be torn by the cancellation of the task that makes it, and writes
+happen in the order the engine made them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar, assert_never
+from typing import Any, Literal, TypeVar, assert_never
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -76,6 +89,7 @@ from taskdecomp.store.base import (
 )
 from taskdecomp.store.codec import encode_json
 from taskdecomp.tools import SideEffects, Toolset
+from taskdecomp.writer import GroupWriter, Joinable
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +100,27 @@ MIN_LEASE_SECONDS = 0.1
 """The shortest lease a run may take (it is renewed every third of its length)."""
 
 _T = TypeVar("_T")
+
+Durability = Literal["async", "sync"]
+"""How a run's checkpoints reach the disk (see the module docstring)."""
+DURABILITIES: tuple[Durability, ...] = ("async", "sync")
+DEFAULT_DURABILITY: Durability = "async"
+
+
+def durability(value: str) -> Durability:
+    """``value`` as a :data:`Durability`.
+
+    Raises:
+        ConfigError: it is not one of them.
+    """
+    for mode in DURABILITIES:
+        if value == mode:
+            return mode
+    raise ConfigError(
+        f"unknown durability {value!r}; choose one of: {', '.join(DURABILITIES)} "
+        "(async commits steps in groups and waits for the disk only before unsafe calls "
+        "and at the end; sync commits every step durably)"
+    )
 
 
 def new_owner_id() -> str:
@@ -152,6 +187,8 @@ class Journal:
         segment: 1 for a new run, 2 for its first resume, and so on.
         usage: what the run has spent so far (stored with each checkpoint).
         now: wall clock for event times.
+        durability: ``async`` hands writes to a group-commit thread; ``sync`` makes each
+            one durable before the run goes on.
     """
 
     def __init__(
@@ -162,6 +199,7 @@ class Journal:
         segment: int,
         usage: Callable[[], Usage],
         now: Callable[[], float] = time.time,
+        durability: Durability = "sync",
     ) -> None:
         self.store = store
         self.run_id = lease.run_id
@@ -174,6 +212,13 @@ class Journal:
         self._now = now
         self._events: list[EventRecord] = []
         self._ended = False
+        self.failed: BaseException | None = None
+        """Why a queued write failed (other than a lost lease); raised at the next write."""
+        self._writer = (
+            GroupWriter(store, name=f"writer of run {self.run_id}")
+            if durability == "async"
+            else None
+        )
 
     def __call__(self, event: Event) -> None:
         """Keep ``event`` for the next write (the journal is an event subscriber)."""
@@ -193,9 +238,12 @@ class Journal:
 
         Raises:
             StopRun: ``lease_lost``, naming the run's new owner.
+            StoreError: a queued write failed (the store could not be written).
         """
         if self.lost is not None:
             raise StopRun(stops.LEASE_LOST, message=str(self.lost))
+        if self.failed is not None:
+            raise self.failed
 
     def reopened(self) -> None:
         """Mark the stored run ``running`` again for this segment.
@@ -217,15 +265,16 @@ class Journal:
         Raises:
             StopRun: ``lease_lost``: another process owns the run.
         """
-        self.fenced(
-            lambda: self.store.save_plan(self.run_id, plan, events=self.drain(), lease=self.lease)
-        )
+        events, lease = self.drain(), self.lease
+        self.record(lambda: self.store.save_plan(self.run_id, plan, events=events, lease=lease))
 
-    def begin(self, step_no: int, step: Step, *, side_effects: SideEffects, key: str) -> Attempt:
+    async def begin(
+        self, step_no: int, step: Step, *, side_effects: SideEffects, key: str
+    ) -> Attempt:
         """Start an attempt at ``step``; for an ``unsafe`` tool, commit the intent first.
 
         The intent is the fence before an ``unsafe`` call: when it cannot be written, the
-        tool is not called.
+        tool is not called. It is durable before this returns, with every write before it.
 
         Raises:
             StopRun: ``lease_lost``: another process owns the run.
@@ -240,8 +289,9 @@ class Journal:
         )
         attempt_id = None
         if side_effects == "unsafe":
-            attempt_id = self.fenced(
-                lambda: self.store.record_intent(self.run_id, start, lease=self.lease)
+            lease = self.lease
+            attempt_id = await self.durably(
+                lambda: self.store.record_intent(self.run_id, start, lease=lease)
             )
         return Attempt(self, start, attempt_id)
 
@@ -251,9 +301,10 @@ class Journal:
         Raises:
             StopRun: ``lease_lost``: another process owns the run; nothing was written.
         """
-        self.fenced(
+        usage, events, lease = self.usage(), self.drain(), self.lease
+        self.record(
             lambda: self.store.save_step(
-                self.run_id, entry, usage=self.usage(), events=self.drain(), lease=self.lease
+                self.run_id, entry, usage=usage, events=events, lease=lease
             )
         )
 
@@ -265,15 +316,17 @@ class Journal:
         Raises:
             StopRun: ``lease_lost``: another process owns the run; nothing was written.
         """
-        self.fenced(
+        state, approvals = _frozen(state), _frozen(approvals)
+        usage, events, lease = self.usage(), self.drain(), self.lease
+        self.record(
             lambda: self.store.save_state(
                 self.run_id,
                 plan,
                 state,
                 approvals=approvals,
-                usage=self.usage(),
-                events=self.drain(),
-                lease=self.lease,
+                usage=usage,
+                events=events,
+                lease=lease,
             )
         )
 
@@ -284,17 +337,27 @@ class Journal:
 
         ``approvals`` are stored with it when the run had any. The result is ``result``
         itself, unless another process owns the run: then nothing is stored and the result
-        is a ``lease_lost`` stop naming the new owner.
+        is a ``lease_lost`` stop naming the new owner. The end is on disk, with every write
+        queued before it (in one commit), when this returns.
+
+        Raises:
+            StoreError: a queued write failed, or the end cannot be stored.
         """
+        if self.lost is None and self.failed is not None:
+            self.close_writer()
+            raise self.failed
         if self.lost is None:
-            try:
+            events, lease = self.drain(), self.lease
+
+            def end() -> None:
+                if self.failed is not None:  # a write queued before it failed: no end
+                    raise self.failed
                 self.store.finish_run(
-                    self.run_id,
-                    result,
-                    events=self.drain(),
-                    lease=self.lease,
-                    approvals=approvals,
+                    self.run_id, result, events=events, lease=lease, approvals=approvals
                 )
+
+            try:
+                self._last(end)
             except LeaseLostError as exc:
                 self.lost = exc
             else:
@@ -307,6 +370,20 @@ class Journal:
             answer=None,
             message=str(self.lost),
         )
+
+    def _last(self, write: Callable[[], None]) -> None:
+        """Make ``write`` durably after every queued write, then stop the writer."""
+        if self._writer is None:
+            write()
+            return
+        error = self._writer.submit(write, durable=True).exception()  # waits for the commit
+        self._writer.close(flush=False)  # nothing was queued after it
+        if self.lost is not None:
+            raise self.lost  # a write queued before it found the run taken over
+        if self.failed is not None:
+            raise self.failed
+        if error is not None:
+            raise error
 
     async def heartbeat(self) -> None:
         """Renew the lease every third of its length until cancelled, lost or ended."""
@@ -327,7 +404,11 @@ class Journal:
             logger.exception("could not renew the lease on run %r; trying again", self.run_id)
 
     def release(self) -> None:
-        """Give the lease up, unless the run finished or another process owns it."""
+        """Give the lease up, unless the run finished or another process owns it.
+
+        Queued writes are committed first, so a resume finds them.
+        """
+        self.close_writer()
         if self.lost is not None or self._ended:
             return
         self._ended = True
@@ -339,6 +420,65 @@ class Journal:
     def usage(self) -> Usage:
         """What the run has spent so far, across segments."""
         return self._usage()
+
+    def flush(self) -> None:
+        """Block until every queued write is on disk (``async``; ``sync`` writes already are).
+
+        Raises:
+            StopRun: ``lease_lost``: a queued write found the run taken over.
+            StoreError: a queued write failed.
+        """
+        if self._writer is not None:
+            self._writer.flush()
+        self.check()
+
+    def close_writer(self) -> None:
+        """Commit every queued write and stop the writer (``async`` only)."""
+        if self._writer is not None:
+            self._writer.close()
+
+    def record(self, write: Callable[[], object], *, best_effort: str | None = None) -> None:
+        """Make a fenced write: now (``sync``), or in the next group (``async``).
+
+        With ``best_effort`` (what the write records), a queued write that fails is logged
+        instead of failing the run.
+
+        Raises:
+            StopRun: ``lease_lost``: the lease was lost before or by this write.
+            StoreError: this write (``sync``) or an earlier queued one failed.
+        """
+        if self._writer is None:
+            self.fenced(write)
+            return
+        self.check()
+        future = self._writer.submit(write)
+        future.add_done_callback(lambda done: self._written(done, best_effort))
+
+    async def durably(self, write: Callable[[], _T]) -> _T:
+        """Make a fenced write that is on disk, with every write before it, when this returns.
+
+        Raises:
+            StopRun: ``lease_lost``: the lease was lost before or by this write.
+            StoreError: this write or an earlier queued one failed.
+        """
+        if self._writer is None:
+            return self.fenced(write)
+        self.check()
+        try:
+            return await self._writer.durable(write)
+        except LeaseLostError as exc:
+            self.lost = exc
+            raise StopRun(stops.LEASE_LOST, message=str(exc)) from exc
+
+    def _written(self, future: Future[object], best_effort: str | None) -> None:
+        """Remember how a queued write failed (runs on the writer's thread)."""
+        exc = future.exception()
+        if isinstance(exc, LeaseLostError):
+            self.lost = self.lost or exc
+        elif exc is not None and best_effort is not None:
+            logger.error("could not record %s", best_effort, exc_info=exc)
+        elif exc is not None and self.failed is None:
+            self.failed = exc
 
     def fenced(self, write: Callable[[], _T]) -> _T:
         """Run a fenced store write; a lost lease stops the run.
@@ -373,7 +513,7 @@ class Attempt:
         except StoreValueError as exc:
             raise StopRun(with_detail("tool_error", tool), message=str(exc)) from exc
 
-    def succeeded(
+    async def succeeded(
         self,
         entry: TraceEntry,
         history: HistoryEntry | None,
@@ -383,20 +523,21 @@ class Attempt:
         """The checkpoint, in one transaction.
 
         The call's trace, the step's result (when the call ended the step), usage, events,
-        and the strategy's state when given (an executor agent's turn).
+        and the strategy's state when given (an executor agent's turn). An ``unsafe``
+        call's outcome is on disk before this returns, so a crash cannot leave it in doubt.
 
         Raises:
             StopRun: ``lease_lost``: another process owns the run; nothing was written.
         """
-        self._write("ok", entry, history, state)
+        await self._end(self._checkpoint("ok", entry, history, state))
 
-    def failed(self, entry: TraceEntry) -> None:
+    async def failed(self, entry: TraceEntry) -> None:
         """The tool failed or the gateway refused it; the outcome is known.
 
         Raises:
             StopRun: ``lease_lost``: another process owns the run; nothing was written.
         """
-        self._write("failed", entry, None)
+        await self._end(self._checkpoint("failed", entry, None))
 
     def cancelled(self, entry: TraceEntry) -> None:
         """The attempt was cancelled before it ended; an ``unsafe`` outcome stays unknown.
@@ -405,23 +546,33 @@ class Attempt:
         reads as a crash, which resume treats the same way. Without the lease nothing is
         written.
         """
+        what = f"the cancelled attempt at {self._start.step_id!r}"
         try:
-            self._write("cancelled", entry, None)
+            self._journal.record(self._checkpoint("cancelled", entry, None), best_effort=what)
         except StopRun:
             pass  # the lease is lost: the run's new owner decides about this attempt
         except StoreError:
-            logger.exception("could not record the cancelled attempt at %r", self._start.step_id)
+            logger.exception("could not record %s", what)
 
-    def _write(
+    async def _end(self, write: Callable[[], None]) -> None:
+        if self._start.side_effects == "unsafe":
+            await self._journal.durably(write)
+        else:
+            self._journal.record(write)
+
+    def _checkpoint(
         self,
         state: AttemptState,
         entry: TraceEntry,
         history: HistoryEntry | None,
         strategy_state: Mapping[str, Any] | None = None,
-    ) -> None:
+    ) -> Callable[[], None]:
+        """The write that stores this attempt's end, with what it carries as of now."""
         journal = self._journal
         if entry.error is not None and len(entry.error) > MAX_STORED_ERROR_CHARS:
             entry = replace(entry, error=entry.error[:MAX_STORED_ERROR_CHARS] + " [cut]")
+        if strategy_state is not None:  # the agent's turn lists grow after this returns
+            strategy_state = _frozen(strategy_state)
         checkpoint = Checkpoint(
             attempt=self._start,
             attempt_id=self._attempt_id,
@@ -432,9 +583,30 @@ class Attempt:
             events=journal.drain(),
             strategy_state=strategy_state,
         )
-        journal.fenced(
-            lambda: journal.store.checkpoint(journal.run_id, checkpoint, lease=journal.lease)
+        return _CheckpointWrite(
+            store=journal.store, run_id=journal.run_id, lease=journal.lease, checkpoint=checkpoint
         )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _CheckpointWrite:
+    """One checkpoint, which a group commit may join with the run's next ones."""
+
+    store: Store
+    run_id: RunId
+    lease: Lease
+    checkpoint: Checkpoint
+
+    @property
+    def join_key(self) -> tuple[int, RunId, str, int]:
+        return (id(self.store), self.run_id, self.lease.owner, self.lease.epoch)
+
+    def __call__(self) -> None:
+        self.store.checkpoint(self.run_id, self.checkpoint, lease=self.lease)
+
+    def join(self, writes: Sequence[Joinable]) -> None:
+        checkpoints = [w.checkpoint for w in writes if isinstance(w, _CheckpointWrite)]
+        self.store.checkpoints(self.run_id, checkpoints, lease=self.lease)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -554,6 +726,11 @@ def interrupted(stored: StoredRun, step_id: TaskId) -> StopRun:
         "interrupted before its result was stored; it may or may not have taken effect, so it "
         "is not called again: check by hand",
     )
+
+
+def _frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A copy of ``data`` as it is now, for a write made later on another thread."""
+    return json.loads(encode_json(dict(data), what="the run's state"))  # type: ignore[no-any-return]
 
 
 def _event_data(event: Event) -> Mapping[str, Any]:

@@ -242,7 +242,7 @@ async def call_tool(
             args = resolve_refs(step, {h.plan_step.id: h.observation for h in ctx.history})
             digest = args_hash(args)
         _approve(ctx, step.id, tool, args)
-        attempt = _begin(ctx, step_no, step, tool, key)
+        attempt = await _begin(ctx, step_no, step, tool, key)
         observation = await ctx.gateway.call(tool, args, idempotency_key=key, digest=digest)
         if attempt is not None:
             attempt.check(tool, observation)
@@ -252,7 +252,7 @@ async def call_tool(
         entry = record(False, reason=stop.reason, error=stop.message or None)
         ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry))
         if attempt is not None:
-            attempt.failed(entry)
+            await attempt.failed(entry)
         raise
     except asyncio.CancelledError:
         entry = record(False, error="cancelled before it finished")
@@ -268,7 +268,7 @@ async def call_tool(
         ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry, observation=observation))
     state = on_success(observation) if on_success is not None else None
     if attempt is not None:
-        attempt.succeeded(entry, history, state=state)
+        await attempt.succeeded(entry, history, state=state)
     return observation
 
 
@@ -297,10 +297,10 @@ def waits_for_approval(step: Step, ctx: RunContext) -> StopRun | None:
     return None
 
 
-def _begin(ctx: RunContext, step_no: int, step: Step, tool: str, key: str) -> Attempt | None:
+async def _begin(ctx: RunContext, step_no: int, step: Step, tool: str, key: str) -> Attempt | None:
     """Start the call's attempt in the journal (committing an ``unsafe`` intent), if any."""
     if ctx.journal is None:
         return None
     spec = ctx.gateway.toolset.get(tool)
     side_effects = spec.side_effects if spec is not None else "read_only"
-    return ctx.journal.begin(step_no, step, side_effects=side_effects, key=key)
+    return await ctx.journal.begin(step_no, step, side_effects=side_effects, key=key)

@@ -21,6 +21,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from taskdecomp.budget import Budget
 from taskdecomp.decomposition import DecompOptions
+from taskdecomp.durable import DEFAULT_DURABILITY, Durability
 from taskdecomp.errors import ConfigError
 from taskdecomp.store.base import DEFAULT_LEASE_SECONDS
 
@@ -63,6 +64,9 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, gt=0)
     """How long a stored run's lease outlives a process that died, so another ``resume``
     may take it over (``TASKDECOMP_LEASE_SECONDS``)."""
+    durability: Durability = DEFAULT_DURABILITY
+    """How stored runs' checkpoints reach the disk, ``async`` or ``sync``
+    (``TASKDECOMP_DURABILITY``; the command line's ``--durability``)."""
     api_token: SecretStr | None = None
     """The bearer token ``taskdecomp serve`` requires of every API request
     (``TASKDECOMP_API_TOKEN``); needed to bind to an address other than loopback."""

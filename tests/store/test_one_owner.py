@@ -108,8 +108,15 @@ class Order:
     def interrupted(self) -> None:
         """A ``taskdecomp run`` killed at the approval step; returns once its lease expired."""
         tools = str(HERE / "invoice.py")
-        first = self.cli(
-            "run", "invoice order 7", "--tools", tools, "--model", f"scripted:{self.script}"
+        first = self.cli(  # sync: the fetch is on disk before the kill, whatever the timing
+            "run",
+            "invoice order 7",
+            "--tools",
+            tools,
+            "--model",
+            f"scripted:{self.script}",
+            "--durability",
+            "sync",
         )
         self.at_gate(first)
         first.kill()

@@ -18,6 +18,7 @@ import click
 
 from taskdecomp import jsonsafe
 from taskdecomp.cli.display import console, literal
+from taskdecomp.durable import DURABILITIES
 from taskdecomp.errors import ConfigError, StoreError, StrictJSONError
 from taskdecomp.models import Model, resolve_model
 from taskdecomp.models.local import is_available
@@ -36,6 +37,15 @@ DB_OPTION = click.option(
     metavar="URL",
     help="Run store: sqlite:///PATH, a file path or postgresql://user@host/db.  "
     "[env: TASKDECOMP_DATABASE_URL; default: runs.db in the data directory, TASKDECOMP_HOME]",
+)
+
+
+DURABILITY_OPTION = click.option(
+    "--durability",
+    type=click.Choice(DURABILITIES),
+    help="How checkpoints reach the disk: async commits finished steps in groups and waits "
+    "for the disk only before unsafe calls, at pauses and at the end; sync commits every "
+    "step durably.  [env: TASKDECOMP_DURABILITY; default: async]",
 )
 
 

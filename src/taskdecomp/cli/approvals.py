@@ -44,6 +44,7 @@ def approve_command(run_id: str, plan_file: Path | None, as_json: bool, db: str 
                 plan=plan,
                 on_event=on_event,
                 lease_seconds=settings.lease_seconds,
+                durability=settings.durability,
             ),
             as_json=as_json,
             db=db,

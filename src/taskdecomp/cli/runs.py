@@ -16,6 +16,7 @@ from taskdecomp.cli import _app, views
 from taskdecomp.cli._app import (
     DB_OPTION,
     DEBUG_OPTION,
+    DURABILITY_OPTION,
     EXIT_INTERRUPTED,
     EXIT_PAUSED,
     EXIT_STOPPED,
@@ -30,6 +31,7 @@ from taskdecomp.cli._app import (
     read_goal,
 )
 from taskdecomp.cli.display import Activity, console, literal
+from taskdecomp.durable import Durability
 from taskdecomp.events import Event, RunStopped, Subscriber
 from taskdecomp.models import Model
 from taskdecomp.prompts import check_directory
@@ -98,6 +100,7 @@ from taskdecomp.strategies.replan import PROMPT_NAMES, ReplanOptions
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @DB_OPTION
+@DURABILITY_OPTION
 @DEBUG_OPTION
 def run_command(
     goal: str | None,
@@ -114,6 +117,7 @@ def run_command(
     prompts: Path | None,
     as_json: bool,
     db: str | None,
+    durability: Durability | None,
     **budget_flags: Any,
 ) -> int:
     """Plan GOAL with the model, validate the plan, execute it with the tools, combine.
@@ -153,6 +157,7 @@ def run_command(
                 strategy=strategy,
                 replan=replan,
                 lease_seconds=settings.lease_seconds,
+                durability=durability or settings.durability,
             ),
             as_json=as_json,
             db=db,
@@ -293,6 +298,7 @@ def show_command(run_id: str, as_json: bool, db: str | None) -> int:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @DB_OPTION
+@DURABILITY_OPTION
 @DEBUG_OPTION
 def resume_command(
     run_id: str,
@@ -304,6 +310,7 @@ def resume_command(
     max_seconds: float | None,
     as_json: bool,
     db: str | None,
+    durability: Durability | None,
 ) -> int:
     """Continue RUN_ID after a crash, a kill or a max_seconds stop, without repeating steps.
 
@@ -344,6 +351,7 @@ def resume_command(
                 budget=budget,
                 on_event=on_event,
                 lease_seconds=settings.lease_seconds,
+                durability=durability or settings.durability,
             ),
             as_json=as_json,
             db=db,

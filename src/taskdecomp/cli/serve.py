@@ -140,6 +140,7 @@ def _config(
         budget=settings.budget(),
         decomp=decomp.options(),
         lease_seconds=settings.lease_seconds,
+        durability=settings.durability,
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from taskdecomp.budget import Budget
 from taskdecomp.decomposition import DecompOptions
+from taskdecomp.durable import DEFAULT_DURABILITY, Durability
 from taskdecomp.errors import ConfigError
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
@@ -49,6 +50,7 @@ class ServerConfig:
         chat_actions: the actions the chat agent may take.
         max_body_bytes: the largest request body accepted.
         lease_seconds: how long a run's lease outlives this process if it dies.
+        durability: how runs' checkpoints reach the disk (``async`` or ``sync``).
         poll_seconds: the longest an event stream waits between two reads of the store.
     """
 
@@ -64,6 +66,7 @@ class ServerConfig:
     chat_actions: tuple[str, ...] = CHAT_ACTIONS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     lease_seconds: float = 30.0
+    durability: Durability = DEFAULT_DURABILITY
     poll_seconds: float = 0.5
 
     def __post_init__(self) -> None:

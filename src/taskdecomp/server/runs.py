@@ -129,6 +129,7 @@ class RunService:
                 strategy=body.strategy,
                 replan=replan,
                 lease_seconds=self.config.lease_seconds,
+                durability=self.config.durability,
             ),
         )
         return run_id
@@ -180,6 +181,7 @@ class RunService:
                 model=model,
                 on_event=on_event,
                 lease_seconds=self.config.lease_seconds,
+                durability=self.config.durability,
                 **extra,
             ),
         )

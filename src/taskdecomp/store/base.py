@@ -14,6 +14,7 @@ its own transaction, that the run is still at that epoch and owner, and raises
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, overload
 
@@ -263,7 +264,7 @@ class StoredRun:
 
 
 class Store(Protocol):
-    """Durable storage for runs. Every method is one transaction.
+    """Durable storage for runs. Every method is one transaction, unless made in a batch.
 
     The writes a run makes while in flight take its ``lease`` and are fenced by it (see the
     module docstring); ``lease=None`` writes unfenced, for tools and tests.
@@ -357,6 +358,16 @@ class Store(Protocol):
         """
         ...
 
+    def checkpoints(
+        self, run_id: RunId, checkpoints: Sequence[Checkpoint], *, lease: Lease | None = None
+    ) -> None:
+        """Store several checkpoints of one run, in order, in one transaction.
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run.
+        """
+        ...
+
     def save_step(
         self,
         run_id: RunId,
@@ -422,6 +433,10 @@ class Store(Protocol):
 
     def load_events(self, run_id: RunId) -> list[EventRecord]:
         """A run's stored events, in order."""
+        ...
+
+    def batch(self, *, durable: bool = True) -> AbstractContextManager[None]:
+        """Make the writes this thread makes inside it one transaction (see ``SqlStore``)."""
         ...
 
     def close(self) -> None:

@@ -1,7 +1,10 @@
 """The SQLAlchemy Core store, for SQLite files and PostgreSQL.
 
 SQLite runs in WAL mode with ``synchronous=FULL`` (a committed checkpoint survives a power
-cut), ``foreign_keys=ON`` and a busy timeout. Python's ``sqlite3`` driver is told to leave
+cut), ``foreign_keys=ON`` and a busy timeout. A :meth:`SqlStore.batch` that need not be durable
+commits with ``synchronous=NORMAL`` (PostgreSQL: ``synchronous_commit = off``): it survives the
+process being killed, and the next durable commit (which syncs the whole write-ahead log) makes
+it survive a power cut too. Python's ``sqlite3`` driver is told to leave
 transactions alone and SQLAlchemy emits ``BEGIN IMMEDIATE`` for every write transaction
 (plain ``BEGIN`` for reads), the recipe SQLAlchemy documents for the pysqlite driver; so a
 writer takes the lock up front and never fails half-way on a lock upgrade.
@@ -13,6 +16,7 @@ with a message that names the database (never its password) and says what to che
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -56,6 +60,9 @@ from taskdecomp.store.reads import EventPage
 
 _BEGIN = "taskdecomp_sqlite_begin"
 """Execution option naming the statement that starts a SQLite transaction."""
+
+_LAZY = "taskdecomp_lazy_commit"
+"""Execution option: this write transaction need not be durable when it commits."""
 
 DEFAULT_BUSY_TIMEOUT = 5.0
 """Seconds a SQLite writer waits for another process's lock before giving up."""
@@ -138,6 +145,13 @@ class SqlStore:
         """The wall clock stored times come from."""
         self._engine = self._create_engine()
         self._reader = self._engine.execution_options(**{_BEGIN: "BEGIN"})
+        self._lazy = self._engine.execution_options(**{_LAZY: True})
+        self._batch = threading.local()
+        self._count = threading.Lock()
+        self.commits = 0
+        """Write transactions committed so far."""
+        self.durable_commits = 0
+        """Those of them that waited for the disk (an fsync of the write-ahead log)."""
         try:
             self._migrate()
         except BaseException:
@@ -189,7 +203,11 @@ class SqlStore:
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
-            conn.exec_driver_sql(conn.get_execution_options().get(_BEGIN, "BEGIN IMMEDIATE"))
+            options = conn.get_execution_options()
+            begin = options.get(_BEGIN, "BEGIN IMMEDIATE")
+            if begin != "BEGIN":  # a write: say how hard its commit must wait for the disk
+                conn.exec_driver_sql(f"PRAGMA synchronous={_sqlite_sync(options)}")
+            conn.exec_driver_sql(begin)
 
         return engine
 
@@ -203,9 +221,43 @@ class SqlStore:
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        """A write transaction (``BEGIN IMMEDIATE`` on SQLite); driver errors as StoreError."""
+        """A write transaction (``BEGIN IMMEDIATE`` on SQLite); driver errors as StoreError.
+
+        Inside :meth:`batch` on the same thread, it is the batch's transaction.
+        """
+        batch: Connection | None = getattr(self._batch, "conn", None)
+        if batch is not None:
+            yield batch
+            return
         with self._errors(), self._engine.begin() as conn:
             yield conn
+        self._committed(durable=True)
+
+    @contextmanager
+    def batch(self, *, durable: bool = True) -> Iterator[None]:
+        """Make every write this thread makes inside it one transaction, committed at the end.
+
+        A failing write rolls the whole batch back. With ``durable=False`` the commit does
+        not wait for the disk: it survives the process being killed but not a power cut,
+        until the next durable commit.
+        """
+        if getattr(self._batch, "conn", None) is not None:
+            raise RuntimeError("store batches do not nest")
+        engine = self._engine if durable else self._lazy
+        with self._errors(), engine.begin() as conn:
+            if not durable and self.dialect == "postgresql":
+                conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+            self._batch.conn = conn
+            try:
+                yield
+            finally:
+                self._batch.conn = None
+        self._committed(durable=durable)
+
+    def _committed(self, *, durable: bool) -> None:
+        with self._count:
+            self.commits += 1
+            self.durable_commits += durable
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -383,30 +435,49 @@ class SqlStore:
         Raises:
             LeaseLostError: ``lease`` no longer holds the run.
         """
-        now = self.now()
-        attempt_row = rows.attempt_end(run_id, checkpoint, now=now)
-        step_row = rows.step(run_id, checkpoint.history, now=now) if checkpoint.history else None
-        usage = rows.usage(checkpoint.usage)
-        event_rows = rows.events(run_id, checkpoint.events)
-        touch = {"b_key": rows.key(run_id), "b_usage": usage, "b_now": now}
-        strategy_state = (
-            encode_json(dict(checkpoint.strategy_state), what="the run's strategy state")
-            if checkpoint.strategy_state is not None
-            else None
-        )
+        self.checkpoints(run_id, (checkpoint,), lease=lease)
+
+    def checkpoints(
+        self, run_id: RunId, checkpoints: Sequence[Checkpoint], *, lease: Lease | None = None
+    ) -> None:
+        """Store several checkpoints of one run, in order, in one transaction.
+
+        Each statement runs once for all of them (the run's usage and strategy state are
+        the last ones'), so a group commit costs a handful of statements, not one set per
+        step. Same guarantees as :meth:`checkpoint`.
+
+        Raises:
+            LeaseLostError: ``lease`` no longer holds the run.
+        """
+        if not checkpoints:
+            return
+        now, key = self.now(), rows.key(run_id)
+        inserted, ended, steps, events = [], [], [], []
+        for checkpoint in checkpoints:
+            attempt_row = rows.attempt_end(run_id, checkpoint, now=now)
+            if checkpoint.attempt_id is None:
+                inserted.append(attempt_row)
+            else:
+                end = {f"b_{name}": attempt_row[name] for name in ("state", "trace")}
+                ended.append({**end, "b_id": checkpoint.attempt_id, "b_now": now})
+            if checkpoint.history is not None:
+                steps.append(rows.step(run_id, checkpoint.history, now=now))
+            events += rows.events(run_id, checkpoint.events)
+        states = [c.strategy_state for c in checkpoints if c.strategy_state is not None]
+        state = encode_json(dict(states[-1]), what="the run's strategy state") if states else None
+        touch = {"b_key": key, "b_usage": rows.usage(checkpoints[-1].usage), "b_now": now}
         with self.write() as conn:
             self._touch(conn, touch, lease, now=now)
-            if checkpoint.attempt_id is None:
-                conn.execute(_INSERT_ATTEMPT, attempt_row)
-            else:
-                ended = {f"b_{name}": attempt_row[name] for name in ("state", "trace")}
-                conn.execute(_END_ATTEMPT, {**ended, "b_id": checkpoint.attempt_id, "b_now": now})
-            if step_row is not None:
-                conn.execute(_INSERT_STEP, step_row)
-            if strategy_state is not None:
-                conn.execute(_SET_STATE, {"b_key": touch["b_key"], "b_state": strategy_state})
-            if event_rows:
-                conn.execute(_INSERT_EVENTS, event_rows)
+            for statement, values in (
+                (_INSERT_ATTEMPT, inserted),
+                (_END_ATTEMPT, ended),
+                (_INSERT_STEP, steps),
+                (_INSERT_EVENTS, events),
+            ):
+                if values:
+                    conn.execute(statement, values)
+            if state is not None:
+                conn.execute(_SET_STATE, {"b_key": key, "b_state": state})
 
     def save_step(
         self,
@@ -540,6 +611,10 @@ class SqlStore:
         event_rows = rows.events(run_id, events)
         if event_rows:
             conn.execute(_INSERT_EVENTS, event_rows)
+
+
+def _sqlite_sync(options: Mapping[str, Any]) -> str:
+    return "NORMAL" if options.get(_LAZY) else "FULL"
 
 
 def _first(exc: sa_exc.DBAPIError) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from taskdecomp import durable, stops
 from taskdecomp.approvals import ApprovalRequest
+from taskdecomp.durable import DEFAULT_DURABILITY, Durability
 from taskdecomp.errors import ConfigError
 from taskdecomp.events import ApprovalDecided, RunStopped, Subscriber
 from taskdecomp.models import Model
@@ -39,6 +40,7 @@ async def approve(
     on_event: Subscriber | None = None,
     clock: Clock | None = None,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    durability: Durability = DEFAULT_DURABILITY,
 ) -> RunResult:
     """Approve what run ``run_id`` waits for, and continue the run.
 
@@ -56,6 +58,8 @@ async def approve(
         on_event: receives every event of the continued run.
         clock: monotonic clock, for tests.
         lease_seconds: this process's lease on the run.
+        durability: how the continued run's checkpoints reach the disk (the approval
+            itself is on disk before anything runs).
 
     Raises:
         RunNotFoundError: no run has this id.
@@ -76,6 +80,7 @@ async def approve(
         clock=clock,
         lease_seconds=lease_seconds,
         before=decision.record,
+        durability=durability,
     )
 
 
@@ -116,6 +121,7 @@ class _Decision:
         if ctx.journal is not None and stored.plan is not None:
             approvals = ctx.approvals.to_dict()
             ctx.journal.state_saved(stored.plan, stored.state, approvals=approvals)
+            ctx.journal.flush()  # the approval holds even if this process dies next
 
 
 def reject(

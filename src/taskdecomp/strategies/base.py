@@ -16,7 +16,7 @@ from typing import Any
 
 from taskdecomp import stops
 from taskdecomp.budget import Budget, Meter, Usage
-from taskdecomp.durable import Journal
+from taskdecomp.durable import DEFAULT_DURABILITY, Durability, Journal
 from taskdecomp.events import ApprovalRequested, EventBus, RunStarted, RunStopped, Subscriber
 from taskdecomp.gateway import ToolGateway
 from taskdecomp.models import Model
@@ -95,14 +95,20 @@ def build_context(
 
 
 def attach_journal(
-    ctx: RunContext, store: Store, lease: Lease, *, segment: int, started: float
+    ctx: RunContext,
+    store: Store,
+    lease: Lease,
+    *,
+    segment: int,
+    started: float,
+    durability: Durability = DEFAULT_DURABILITY,
 ) -> Journal:
     """Checkpoint ``ctx``'s run to ``store`` from now on, fenced by ``lease``."""
 
     def usage() -> Usage:
         return ctx.meter.snapshot(seconds=ctx.clock() - started)
 
-    journal = Journal(store, lease, segment=segment, usage=usage)
+    journal = Journal(store, lease, segment=segment, usage=usage, durability=durability)
     ctx.events.subscribe(journal)
     ctx.journal = journal
     return journal

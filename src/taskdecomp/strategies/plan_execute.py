@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from taskdecomp import durable
 from taskdecomp.budget import MIN_PLAN_STEPS, Budget
+from taskdecomp.durable import DEFAULT_DURABILITY, Durability
 from taskdecomp.errors import ConfigError
 from taskdecomp.events import PlanCreated, RunStarted, Subscriber
 from taskdecomp.models import Model, ModelRequest, ScriptedModel, resolve_model
@@ -62,6 +63,7 @@ async def run(
     strategy: Strategy = "plan_execute",
     replan: ReplanOptions | None = None,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    durability: Durability = DEFAULT_DURABILITY,
 ) -> RunResult:
     """Run ``goal`` with ``strategy``; always returns a result, never raises for a run failure.
 
@@ -85,6 +87,9 @@ async def run(
         replan: the ``replan`` strategy's options (iterations, approvals, prompts).
         lease_seconds: how long the run's lease in the store outlives this process if it
             dies (see :func:`resume`); renewed every third of it while the run is in flight.
+        durability: ``async`` (default) commits finished steps in groups off the event
+            loop and waits for the disk only before ``unsafe`` calls, at pauses and at the
+            end; ``sync`` commits every step durably before the run goes on.
 
     Raises:
         ConfigError: the goal is empty, the toolset or a model string cannot be loaded, or
@@ -92,6 +97,7 @@ async def run(
         StoreError: the store cannot be written; the run is then left to :func:`resume`.
     """
     _check_goal(goal)
+    durable.durability(durability)
     options = _options(strategy, replan)
     toolset = as_toolset(tools)
     budget = budget or Budget()
@@ -115,8 +121,9 @@ async def run(
             replan=options.to_dict() if options is not None else None,
         )
         ttl = durable.lease_seconds(lease_seconds)
-        lease = store.create_run(new, owner=durable.new_owner_id(), ttl=ttl)
-        attach_journal(ctx, store, lease, segment=1, started=started)
+        with store.batch(durable=durability == "sync"):  # async: the first barrier syncs it
+            lease = store.create_run(new, owner=durable.new_owner_id(), ttl=ttl)
+        attach_journal(ctx, store, lease, segment=1, started=started, durability=durability)
     phases = _phases(budget, combiner, options, None)
     async with durable.leased(ctx.journal):
         return await execute(ctx, Outcome(), budget, phases, started=started)
@@ -178,6 +185,7 @@ async def resume(
     on_event: Subscriber | None = None,
     clock: Clock | None = None,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    durability: Durability = DEFAULT_DURABILITY,
 ) -> RunResult:
     """Continue a stored run that crashed, was killed, or stopped on ``max_seconds``.
 
@@ -213,6 +221,7 @@ async def resume(
         on_event: receives every event of the resumed segment.
         clock: monotonic clock, for tests.
         lease_seconds: this process's lease on the run (see :func:`run`).
+        durability: how the resumed segment's checkpoints reach the disk (see :func:`run`).
 
     Raises:
         RunNotFoundError: no run has this id.
@@ -238,6 +247,7 @@ async def resume(
         on_event=on_event,
         clock=clock,
         lease_seconds=lease_seconds,
+        durability=durability,
     )
 
 
@@ -274,6 +284,7 @@ async def continue_run(
     clock: Clock | None = None,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     before: Callable[[RunContext], None] | None = None,
+    durability: Durability = DEFAULT_DURABILITY,
 ) -> RunResult:
     """Take run ``run_id``'s lease and continue it in a new segment.
 
@@ -286,6 +297,7 @@ async def continue_run(
         RunLeasedError: another process owns the run.
         ConfigError: ``prepare`` refused the run, or a toolset or model cannot load.
     """
+    durable.durability(durability)
     lease, stored = durable.take_over(store, RunId(run_id), seconds=lease_seconds)
     try:
         prepared = prepare(stored)
@@ -312,7 +324,9 @@ async def continue_run(
         ctx.clock = clock
     restore(ctx, stored)
     started = ctx.clock() - stored.usage.seconds
-    journal = attach_journal(ctx, store, lease, segment=stored.segments + 1, started=started)
+    journal = attach_journal(
+        ctx, store, lease, segment=stored.segments + 1, started=started, durability=durability
+    )
     async with durable.leased(journal):
         journal.reopened()
         if before is not None:

@@ -3,7 +3,8 @@
 Usage: ``python child.py DB_URL RUN_ID TOOLS SCRIPT READY_FILE``. ``CRASH_AT`` may be
 ``before_intent:<n>`` (step ``n`` started, nothing committed), ``after_return:<n>`` (its
 tool returned, not yet checkpointed) or ``after_checkpoint:<n>`` (its checkpoint committed).
-``CRASH_LEASE`` is the run's lease in seconds: how long a resume must wait after a kill.
+``CRASH_LEASE`` is the run's lease in seconds: how long a resume must wait after a kill;
+``CRASH_DURABILITY`` the run's durability (``async`` by default).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def main() -> None:
             run_id=run_id,
             on_event=watcher(point, int(n or 0), Path(ready)),
             lease_seconds=float(os.environ.get("CRASH_LEASE", "30")),
+            durability=os.environ.get("CRASH_DURABILITY", "async"),  # checked by run()
         )
     )
     print(result.stop_reason)

@@ -1,0 +1,196 @@
+"""Group commit: a run's store writes on a thread of their own, many to a transaction.
+
+A :class:`GroupWriter` takes writes (callables that call the store) from the event loop and
+runs them, in the order given, on one thread per run. Everything queued while the previous
+transaction was committing goes into the next one, so a run pays one commit for all the
+steps that finished meanwhile, and a commit never holds up the steps still running.
+
+A write marked ``durable`` (the intent before an ``unsafe`` call, the end of the run) makes
+its whole group wait for the disk; since a log is synced as a whole, that also makes every
+group before it durable. A group that fails is rolled back and its writes are made again one
+by one, so each write's future reports its own outcome. Consecutive writes that say they
+can be made together (:class:`Joinable`, a run's checkpoints) are made by one call, so a
+group costs a handful of statements however many steps it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
+
+from taskdecomp.store.base import Store
+
+_T = TypeVar("_T")
+
+
+@dataclass(kw_only=True, slots=True)
+class _Write(Generic[_T]):
+    write: Callable[[], _T]
+    durable: bool
+    future: Future[_T] = field(default_factory=Future)
+
+
+_STOP = object()
+
+DEFAULT_LINGER = 0.005
+"""Seconds a group of writes that need not be durable waits for more (see GroupWriter)."""
+
+
+@runtime_checkable
+class Joinable(Protocol):
+    """A write that can be made in one call with the writes of the same ``join_key``."""
+
+    @property
+    def join_key(self) -> Hashable:
+        """Writes with equal keys, queued one after the other, are made together."""
+        ...
+
+    def __call__(self) -> None:
+        """Make this write alone."""
+        ...
+
+    def join(self, writes: Sequence[Joinable]) -> None:
+        """Make ``writes`` (this one first) in one call."""
+        ...
+
+
+class GroupWriter:
+    """Runs one run's writes to ``store`` in groups, on a thread of its own.
+
+    Args:
+        store: where the writes go.
+        name: the thread's name.
+        linger: how long a group waits for more writes after its first one (durable writes
+            do not wait): longer groups cost fewer commits, and a crash loses at most the
+            steps that finished this long before it.
+    """
+
+    def __init__(self, store: Store, *, name: str, linger: float = DEFAULT_LINGER) -> None:
+        self._store = store
+        self._linger = linger
+        self._queue: queue.SimpleQueue[_Write[Any] | object] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def submit(self, write: Callable[[], _T], *, durable: bool = False) -> Future[_T]:
+        """Queue ``write``; its future ends when the transaction it is in has committed."""
+        if self._closed:
+            raise RuntimeError("the writer is closed")
+        item = _Write(write=write, durable=durable)
+        self._queue.put(item)
+        return item.future
+
+    async def durable(self, write: Callable[[], _T]) -> _T:
+        """Queue ``write`` and wait, without blocking the loop, until it is on disk.
+
+        Cancelling the wait does not cancel the write: it is made all the same.
+        """
+        return await asyncio.shield(asyncio.wrap_future(self.submit(write, durable=True)))
+
+    def flush(self) -> None:
+        """Block until everything queued so far is on disk (errors stay in their futures)."""
+        self.submit(_nothing, durable=True).exception()
+
+    def close(self, *, flush: bool = True) -> None:
+        """Flush (unless the last write was durable and has ended), then stop the thread.
+
+        Later submits are refused.
+        """
+        if self._closed:
+            return
+        if flush:
+            self.flush()
+        self._closed = True
+        self._queue.put(_STOP)
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            group = self._next_group()
+            if group is None:
+                return
+            self._commit(group)
+
+    def _next_group(self) -> list[_Write[Any]] | None:
+        """The next writes to commit together: the first one and what comes ``linger`` after.
+
+        A durable write (or a stop) ends the wait at once.
+        """
+        first = self._queue.get()
+        if first is _STOP:
+            return None
+        group: list[_Write[Any]] = [first]  # type: ignore[list-item]  # only _Write or _STOP
+        until = time.monotonic() + self._linger
+        while not group[-1].durable:
+            try:
+                item = self._queue.get(timeout=max(0.0, until - time.monotonic()))
+            except queue.Empty:
+                return group
+            if item is _STOP:
+                self._queue.put(_STOP)  # commit what came before it, then stop
+                return group
+            group.append(item)  # type: ignore[arg-type]  # only _Write or _STOP
+        return group
+
+    def _commit(self, group: list[_Write[Any]]) -> None:
+        group = [item for item in group if item.future.set_running_or_notify_cancel()]
+        if not group:
+            return
+        durable = any(item.durable for item in group)
+        results: list[Any] = []
+        try:
+            with self._store.batch(durable=durable):
+                results = _make(group)
+        except BaseException as exc:  # reported through the futures
+            if len(group) == 1:
+                group[0].future.set_exception(exc)
+                return
+            for item in group:  # one by one, so each write learns its own outcome
+                self._retry(item)
+            return
+        for item, result in zip(group, results, strict=True):
+            item.future.set_result(result)
+
+    def _retry(self, item: _Write[Any]) -> None:
+        try:
+            with self._store.batch(durable=item.durable):
+                result = item.write()
+        except BaseException as exc:  # reported through the future
+            item.future.set_exception(exc)
+        else:
+            item.future.set_result(result)
+
+
+def _make(group: list[_Write[Any]]) -> list[Any]:
+    """Make the writes of ``group`` in order, joining runs of joinable ones."""
+    results: list[Any] = []
+    index = 0
+    while index < len(group):
+        first = group[index].write
+        end = index + 1
+        if isinstance(first, Joinable):
+            while end < len(group) and _joins(first, group[end].write):
+                end += 1
+            if end - index > 1:
+                first.join([cast(Joinable, item.write) for item in group[index:end]])
+                results += [None] * (end - index)
+                index = end
+                continue
+        results.append(first())
+        index = end
+    return results
+
+
+def _joins(first: Joinable, write: Callable[[], Any]) -> bool:
+    return isinstance(write, Joinable) and write.join_key == first.join_key
+
+
+def _nothing() -> None:
+    return None

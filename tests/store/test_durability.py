@@ -1,0 +1,143 @@
+"""Durability modes on both backends: what a run stores, how often it waits for the disk."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskdecomp import ConfigError, tool
+from taskdecomp.cli import main
+from taskdecomp.errors import StoreError
+from taskdecomp.run import RunId
+from taskdecomp.store import Checkpoint, Lease, SqlStore, open_store
+from taskdecomp.strategies.plan_execute import run
+from tests.store.test_durable_runs import THREE, Tools, model, start, step
+
+SIX = tuple(step(n, "look") for n in range(1, 7))
+
+
+def stored_view(store: SqlStore, run_id: str) -> dict[str, Any]:
+    """A stored run without what differs from one execution to the next."""
+    stored = store.load_run(RunId(run_id))
+    data = stored.to_dict()
+    for entry in data["trace"]:
+        entry.pop("seconds")
+    return {key: data[key] for key in ("status", "stop_reason", "answer", "plan", "trace")} | {
+        "history": data["history"],
+        "attempts": [(a.start.step_id, a.state, a.start.side_effects) for a in stored.attempts],
+    }
+
+
+def test_an_async_run_stores_what_a_sync_run_stores(store: SqlStore) -> None:
+    for mode in ("sync", "async"):
+        assert start(Tools(), store, run_id=mode, durability=mode).ok
+    assert stored_view(store, "async") == stored_view(store, "sync")
+    events = {mode: [e.kind for e in store.load_events(RunId(mode))] for mode in ("sync", "async")}
+    assert events["async"] == events["sync"] and events["async"][-1] == "RunStopped"
+
+
+def test_async_waits_for_the_disk_once_per_run_sync_once_per_step(store: SqlStore) -> None:
+    fsyncs = {}
+    for mode in ("sync", "async"):
+        before = store.durable_commits
+        assert start(Tools(), store, *SIX, run_id=mode, durability=mode).ok
+        fsyncs[mode] = store.durable_commits - before
+    assert fsyncs["async"] == 1  # the end, with everything queued before it
+    assert fsyncs["sync"] >= 6 + 2  # every step, the plan and the end (and the start)
+
+
+def test_an_unsafe_intent_is_on_disk_with_every_earlier_step_before_the_call(
+    store: SqlStore, store_url: str
+) -> None:
+    seen: list[tuple[list[tuple[str, str]], list[str]]] = []
+    other = open_store(store_url)  # another connection: sees only what was committed
+
+    @tool(side_effects="read_only")
+    async def look(n: int) -> int:
+        """Read something."""
+        return n
+
+    @tool(side_effects="unsafe")
+    async def charge(n: int) -> int:
+        """Do something at most once."""
+        stored = other.load_run(RunId("r1"))
+        attempts = [(a.start.step_id, a.state) for a in stored.attempts]
+        seen.append((attempts, sorted(stored.finished_steps())))
+        return n
+
+    steps = (step(1, "look"), step(2, "look"), step(3, "charge"))
+    try:
+        result = asyncio.run(
+            run("g", tools=[look, charge], model=model(*steps), store=store, run_id=RunId("r1"))
+        )
+    finally:
+        other.close()
+    assert result.ok
+    assert seen == [([("s1", "ok"), ("s2", "ok"), ("s3", "started")], ["s1", "s2"])]
+
+
+class FailingStore(SqlStore):
+    """A store whose disk fills up at the second step's checkpoint."""
+
+    def checkpoints(
+        self, run_id: RunId, checkpoints: Sequence[Checkpoint], *, lease: Lease | None = None
+    ) -> None:
+        if any(checkpoint.attempt.step_no == 2 for checkpoint in checkpoints):
+            raise StoreError("the disk is full")
+        super().checkpoints(run_id, checkpoints, lease=lease)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_checkpoint_the_store_refuses_stops_the_run_with_the_store_error(
+    store_url: str, mode: str
+) -> None:
+    store = FailingStore(store_url)
+    tools = Tools()
+    try:
+        with pytest.raises(StoreError, match="the disk is full"):
+            start(tools, store, *THREE[:2], step(3, "look"), durability=mode)
+        stored = store.load_run(RunId("r1"))
+    finally:
+        store.close()
+    assert stored.summary.status == "running"  # left for resume, never marked finished
+    assert "s2" not in stored.finished_steps()
+
+
+def test_an_unknown_durability_is_a_clear_error(store: SqlStore) -> None:
+    with pytest.raises(ConfigError, match="unknown durability 'fast'; choose one of: async, sync"):
+        start(Tools(), store, durability="fast")
+    assert store.list_runs() == []
+
+
+def test_the_command_line_takes_the_mode_from_the_flag_or_the_environment(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    script = tmp_path / "plan.json"
+    plan = {"kind": "plan", "steps": [step(n, "look") for n in range(1, 4)]}
+    rules = [{"match": "available_tools", "response": plan}]
+    script.write_text(json.dumps({"rules": rules, "default": "done"}))
+    tools = tmp_path / "tools.py"
+    tools.write_text("def look(n: int) -> int:\n    '''Read.'''\n    return n\n")
+    db = tmp_path / "runs.db"
+    args = ["run", "g", "--tools", str(tools), "--model", f"scripted:{script}", "--db", str(db)]
+    monkeypatch.setenv("TASKDECOMP_DURABILITY", "sometimes")
+    with pytest.raises(SystemExit) as bad_env:
+        main([*args, "--json"])
+    assert bad_env.value.code == 2
+    assert "TASKDECOMP_DURABILITY" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as bad_flag:
+        main([*args, "--json", "--durability", "sometimes"])
+    assert bad_flag.value.code == 2
+    assert "'sometimes' is not one of 'async', 'sync'" in capsys.readouterr().err
+    monkeypatch.setenv("TASKDECOMP_DURABILITY", "sync")
+    with pytest.raises(SystemExit) as good:
+        main([*args, "--json", "--durability", "async"])
+    assert good.value.code == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["status"] == "ok"

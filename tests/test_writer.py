@@ -1,0 +1,119 @@
+"""The group-commit writer on a real SQLite store: order, groups, durability, failures."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import insert, select
+
+from taskdecomp.errors import StoreError
+from taskdecomp.run import RunId
+from taskdecomp.store import SqlStore, open_store, schema
+from taskdecomp.store.base import NewRun
+from taskdecomp.writer import GroupWriter
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqlStore]:
+    opened = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    yield opened
+    opened.close()
+
+
+def put_event(store: SqlStore, n: int) -> None:
+    with store.write() as conn:
+        conn.execute(insert(schema.events).values(run_id="r", kind=f"e{n}", at=float(n), data="{}"))
+
+
+def kinds(store: SqlStore) -> list[str]:
+    with store.read() as conn:
+        rows = conn.execute(select(schema.events.c.kind).order_by(schema.events.c.id)).all()
+    return [row[0] for row in rows]
+
+
+@pytest.fixture
+def run_row(store: SqlStore) -> None:
+    store.create_run(NewRun(run_id=RunId("r"), goal="g", model=None, tools=None, config={}))
+
+
+@pytest.mark.usefixtures("run_row")
+def test_writes_queued_during_a_commit_go_together_into_the_next_one(store: SqlStore) -> None:
+    gate, inside = threading.Event(), threading.Event()
+
+    def first() -> None:
+        inside.set()
+        gate.wait(10)
+        put_event(store, 0)
+
+    writer = GroupWriter(store, name="test", linger=0)
+    before = store.commits
+    writer.submit(first)
+    assert inside.wait(10)
+    futures = [writer.submit(lambda n=n: put_event(store, n)) for n in range(1, 20)]
+    futures.append(writer.submit(lambda: put_event(store, 20), durable=True))
+    gate.set()
+    futures[-1].result(10)
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert kinds(store) == [f"e{n}" for n in range(21)]  # in the order given
+    assert store.commits - before == 2  # the blocked first write, then the twenty queued
+    writer.close()
+
+
+@pytest.mark.usefixtures("run_row")
+def test_only_groups_with_a_durable_write_wait_for_the_disk(store: SqlStore) -> None:
+    writer = GroupWriter(store, name="test", linger=0)
+    lazy = store.durable_commits
+    writer.submit(lambda: put_event(store, 1)).result(10)
+    assert store.durable_commits == lazy
+    writer.submit(lambda: put_event(store, 2), durable=True).result(10)
+    assert store.durable_commits == lazy + 1
+    writer.close()
+
+
+@pytest.mark.usefixtures("run_row")
+def test_a_failing_write_fails_alone_and_the_rest_of_its_group_commits(store: SqlStore) -> None:
+    gate = threading.Event()
+    writer = GroupWriter(store, name="test", linger=0)
+    writer.submit(lambda: gate.wait(10))
+
+    def broken() -> None:
+        put_event(store, 99)
+        raise StoreError("the disk is full")
+
+    good = writer.submit(lambda: put_event(store, 1))
+    bad = writer.submit(broken)
+    later = writer.submit(lambda: put_event(store, 2))
+    gate.set()
+    writer.close()
+    assert good.exception() is None and later.exception() is None
+    assert isinstance(bad.exception(), StoreError)
+    assert kinds(store) == ["e1", "e2"]  # the broken write's own insert was rolled back
+
+
+@pytest.mark.usefixtures("run_row")
+def test_a_write_cancelled_before_it_runs_is_not_made(store: SqlStore) -> None:
+    gate = threading.Event()
+    writer = GroupWriter(store, name="test", linger=0)
+    writer.submit(lambda: gate.wait(10))
+    dropped = writer.submit(lambda: put_event(store, 1))
+    assert dropped.cancel()
+    kept = writer.submit(lambda: put_event(store, 2))
+    gate.set()
+    writer.close()
+    assert kept.exception() is None and kinds(store) == ["e2"]
+
+
+def test_a_closed_writer_refuses_writes(store: SqlStore) -> None:
+    writer = GroupWriter(store, name="test")
+    writer.close()
+    writer.close()  # twice is fine
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.submit(lambda: None)
+
+
+def test_batches_do_not_nest(store: SqlStore) -> None:
+    with store.batch(), pytest.raises(RuntimeError, match="nest"), store.batch():
+        pass
