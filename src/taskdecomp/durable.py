@@ -212,6 +212,7 @@ class Journal:
         self._now = now
         self._events: list[EventRecord] = []
         self._ended = False
+        self._held: list[tuple[Callable[[], object], str | None]] | None = None
         self.failed: BaseException | None = None
         """Why a queued write failed (other than a lost lease); raised at the next write."""
         self._writer = (
@@ -229,9 +230,28 @@ class Journal:
         )
 
     def drain(self) -> list[EventRecord]:
-        """The events kept since the last write; the journal forgets them."""
+        """The events kept since the last write; the journal forgets them.
+
+        While writes are held, none: they go with the plan, in the order they came.
+        """
+        if self._held is not None:
+            return []
         events, self._events = self._events, []
         return events
+
+    def hold(self) -> None:
+        """Keep writes back until :meth:`unhold` (the steps of a plan still streaming).
+
+        The plan, stored meanwhile, goes first; a crash before it loses the held steps,
+        which are ``read_only`` and run again on resume.
+        """
+        self._held = []
+
+    def unhold(self) -> None:
+        """Make the held writes, in order."""
+        held, self._held = self._held, None
+        for write, best_effort in held or ():
+            self.record(write, best_effort=best_effort)
 
     def check(self) -> None:
         """Stop the run if its lease is known to be lost.
@@ -265,8 +285,16 @@ class Journal:
         Raises:
             StopRun: ``lease_lost``: another process owns the run.
         """
-        events, lease = self.drain(), self.lease
-        self.record(lambda: self.store.save_plan(self.run_id, plan, events=events, lease=lease))
+        events, self._events = self._events, []
+        lease = self.lease
+
+        def write() -> None:
+            self.store.save_plan(self.run_id, plan, events=events, lease=lease)
+
+        if self._held is not None:
+            self._held.insert(0, (write, None))  # before the steps that started meanwhile
+        else:
+            self.record(write)
 
     async def begin(
         self, step_no: int, step: Step, *, side_effects: SideEffects, key: str
@@ -447,6 +475,9 @@ class Journal:
             StopRun: ``lease_lost``: the lease was lost before or by this write.
             StoreError: this write (``sync``) or an earlier queued one failed.
         """
+        if self._held is not None:
+            self._held.append((write, best_effort))
+            return
         if self._writer is None:
             self.fenced(write)
             return

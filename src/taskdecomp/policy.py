@@ -129,7 +129,7 @@ def validate_plan_action(
     steps: list[Step] = []
     seen_ids: set[str] = set()
     for index, raw in enumerate(raw_steps, start=1):
-        step = _validate_step(raw, index, seen_ids, allowed_tools, allow_instructions)
+        step = validate_step(raw, index, seen_ids, allowed_tools, allow_instructions)
         if step.id in finished:
             raise StopRun(
                 invalid_plan(f"finished_step_id:{step.id}"),
@@ -146,13 +146,20 @@ def validate_plan_action(
     return plan
 
 
-def _validate_step(
+def validate_step(
     raw: Any,
     index: int,
-    seen_ids: set[str],
+    seen_ids: Collection[str],
     allowed_tools: Collection[str],
-    allow_instructions: bool,
+    allow_instructions: bool = False,
 ) -> Step:
+    """Check the ``index``-th step of a plan on its own, as :func:`validate_plan_action` does.
+
+    ``seen_ids`` are the ids of the steps before it.
+
+    Raises:
+        StopRun: ``invalid_plan:<rule>`` for the first rule the step breaks.
+    """
     if not isinstance(raw, dict):
         raise StopRun(invalid_plan(f"step_{index}_not_object"))
     is_instruction = allow_instructions and "instruction" in raw

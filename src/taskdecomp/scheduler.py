@@ -38,37 +38,60 @@ from taskdecomp.stops import StopRun
 
 
 async def execute_plan(
-    plan: Plan, ctx: RunContext, *, max_parallel: int, done: Collection[TaskId] = frozenset()
+    plan: Plan,
+    ctx: RunContext,
+    *,
+    max_parallel: int,
+    done: Collection[TaskId] = frozenset(),
+    started: Mapping[TaskId, asyncio.Task[None]] | None = None,
 ) -> None:
     """Run every step of ``plan`` not in ``done``, recording trace and history in ``ctx``.
 
-    ``done`` holds the steps a resumed run finished before; their history is already in
-    ``ctx`` and they count as finished prerequisites.
+    ``done`` holds the steps a resumed run finished before (or that finished while the plan
+    streamed); their history is already in ``ctx`` and they count as finished
+    prerequisites. ``started`` holds steps already running (started while the plan
+    streamed): they are waited for like the steps this call starts.
 
     Raises:
         StopRun: ``max_execute_steps`` before anything runs when the plan is too long, or the
             first step failure's reason.
     """
-    if len(plan.steps) > ctx.meter.budget.max_execute_steps:
-        raise StopRun(
-            stops.MAX_EXECUTE_STEPS,
-            message=f"the plan has {len(plan.steps)} steps; the budget allows "
-            f"{ctx.meter.budget.max_execute_steps}",
+    running = dict(started or {})
+    try:
+        if len(plan.steps) > ctx.meter.budget.max_execute_steps:
+            raise StopRun(
+                stops.MAX_EXECUTE_STEPS,
+                message=f"the plan has {len(plan.steps)} steps; the budget allows "
+                f"{ctx.meter.budget.max_execute_steps}",
+            )
+        if not plan.is_dag:
+            for step_no, step in enumerate(plan.steps, start=1):
+                if step.id in running:
+                    await running.pop(step.id)
+                elif step.id not in done:
+                    await run_step(step_no, step, ctx)
+            return
+        await _execute_dag(
+            plan, ctx, max_parallel=max_parallel, skip=frozenset(done), started=running
         )
-    if not plan.is_dag:
-        for step_no, step in enumerate(plan.steps, start=1):
-            if step.id not in done:
-                await run_step(step_no, step, ctx)
-        return
-    await _execute_dag(plan, ctx, max_parallel=max_parallel, skip=frozenset(done))
+    finally:
+        await _cancel({task: step_id for step_id, task in running.items()})
 
 
 async def _execute_dag(
-    plan: Plan, ctx: RunContext, *, max_parallel: int, skip: frozenset[TaskId]
+    plan: Plan,
+    ctx: RunContext,
+    *,
+    max_parallel: int,
+    skip: frozenset[TaskId],
+    started: dict[TaskId, asyncio.Task[None]],
 ) -> None:
-    """Run ready steps concurrently; a heap of step numbers keeps starts in plan order."""
+    """Run ready steps concurrently; a heap of step numbers keeps starts in plan order.
+
+    ``started`` steps are running already; each is taken out of it once it is waited for.
+    """
     numbers = {step.id: no for no, step in enumerate(plan.steps, start=1)}
-    todo = [step for step in plan.steps if step.id not in skip]
+    todo = [step for step in plan.steps if step.id not in skip and step.id not in started]
     blocked = {step.id: len(set(step.depends_on or ()) - skip) for step in todo}
     dependents: dict[TaskId, list[TaskId]] = defaultdict(list)
     for step in todo:
@@ -76,8 +99,9 @@ async def _execute_dag(
             dependents[dep].append(step.id)
     ready = [numbers[step_id] for step_id, count in blocked.items() if count == 0]
     heapq.heapify(ready)
-    running: dict[asyncio.Task[None], TaskId] = {}
-    finished = len(plan.steps) - len(blocked)
+    running: dict[asyncio.Task[None], TaskId] = {task: step_id for step_id, task in started.items()}
+    started.clear()  # from here on, ``running`` owns them
+    finished = len(plan.steps) - len(blocked) - len(running)
     pause: StopRun | None = None
     try:
         while (ready and pause is None) or running:

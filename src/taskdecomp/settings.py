@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     """How long a stored run's lease outlives a process that died, so another ``resume``
     may take it over (``TASKDECOMP_LEASE_SECONDS``)."""
     durability: Durability = DEFAULT_DURABILITY
+    stream_plan: bool | None = None
+    """Start read-only steps while the plan streams (``TASKDECOMP_STREAM_PLAN``; the
+    command line's ``--stream-plan/--no-stream-plan``); default: when the model streams."""
     """How stored runs' checkpoints reach the disk, ``async`` or ``sync``
     (``TASKDECOMP_DURABILITY``; the command line's ``--durability``)."""
     api_token: SecretStr | None = None

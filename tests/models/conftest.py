@@ -2,7 +2,8 @@
 
 ``fake_openai``: a small OpenAI-compatible server of our own (stdlib ``http.server`` in a
 thread) that answers from a queue of canned replies, so tests can make it stall, rate-limit,
-fail or truncate. ``llama_server``: the real ``python -m llama_cpp.server`` serving the
+fail or truncate; a request with ``stream: true`` gets its completion as server-sent events.
+``llama_server``: the real ``python -m llama_cpp.server`` serving the
 SmolLM2 GGUF on 127.0.0.1, once per session.
 """
 
@@ -50,6 +51,25 @@ def completion(
             "total_tokens": sum(tokens),
         },
     }
+
+
+def event_stream(body: dict[str, Any], piece: int = 8) -> bytes:
+    """A Chat Completions body as the server-sent events of ``stream=True``, in pieces."""
+    choice = body["choices"][0]
+    content = choice["message"]["content"] or ""
+    base = {"id": body["id"], "object": "chat.completion.chunk", "created": 0}
+    base["model"] = body["model"]
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": {"content": content[i : i + piece]}}]}
+        for i in range(0, len(content), piece)
+    ]
+    chunks.append(
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]}
+    )
+    if body.get("usage"):
+        chunks.append({**base, "choices": [], "usage": body["usage"]})
+    events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
+    return "".join(events).encode()
 
 
 def error_body(message: str, code: str | None = None) -> dict[str, Any]:
@@ -123,8 +143,11 @@ class FakeOpenAI:
                     fake.released.wait(30)
                     return
                 data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
+                content_type = reply.content_type
+                if body.get("stream") and reply.status == 200 and reply.raw is None:
+                    data, content_type = event_stream(reply.body), "text/event-stream"
                 self.send_response(reply.status)
-                self.send_header("content-type", reply.content_type)
+                self.send_header("content-type", content_type)
                 self.send_header("content-length", str(len(data)))
                 for name, value in reply.headers.items():
                     self.send_header(name, value)

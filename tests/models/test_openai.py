@@ -405,3 +405,33 @@ def test_cost_is_estimated_before_a_call_only_where_it_is_billed(
     billed = OpenAIModel("gpt-4.1-mini", api_key="sk-test")
     assert billed.estimate_cost(1_000_000) == pytest.approx(0.40)
     assert model(fake_openai).estimate_cost(1_000_000) == 0.0  # a self-hosted server is free
+
+
+def test_a_plan_is_streamed_when_the_run_listens_and_the_combine_call_is_not(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.queue(ok(PLAN, tokens=(300, 90)), ok(ANSWER), ok(PLAN), ok(ANSWER))
+
+    streamed = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+    plain = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai), stream_plan=False)
+
+    assert streamed.ok and plain.ok and streamed.answer == plain.answer == ANSWER
+    assert streamed.plan == plain.plan
+    plan_request, combine_request, plain_plan, _ = fake_openai.requests
+    assert plan_request["stream"] is True
+    assert plan_request["stream_options"] == {"include_usage": True}
+    assert "stream" not in combine_request and "stream" not in plain_plan
+    assert streamed.usage.tokens_in == 300 + 120  # the usage chunk's count, then the combine's
+
+
+def test_complete_hands_every_piece_to_on_text_in_order(fake_openai: FakeOpenAI) -> None:
+    fake_openai.queue(ok(PLAN))
+    pieces: list[str] = []
+    request = ModelRequest(
+        phase="plan", messages=({"role": "user", "content": "plan"},), on_text=pieces.append
+    )
+
+    response = asyncio.run(model(fake_openai).complete(request))
+
+    assert len(pieces) > 10 and "".join(pieces) == response.text == PLAN
+    assert response.finish_reason == "stop"

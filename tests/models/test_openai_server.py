@@ -5,13 +5,14 @@ The server is ``python -m llama_cpp.server`` serving SmolLM2-135M-Instruct on 12
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.error
 import urllib.request
 
 import pytest
 
-from taskdecomp import Budget, run_sync
+from taskdecomp import Budget, ModelRequest, run_sync
 from taskdecomp.models.openai import OpenAIModel
 from tests.conftest import SALES_TOOLS
 from tests.models.conftest import LlamaServer
@@ -100,3 +101,17 @@ def test_the_server_constrains_json_object_answers_to_the_schema(
         content = json.load(answer)["choices"][0]["message"]["content"]
 
     assert json.loads(content) in ({"colour": "red"}, {"colour": "green"})
+
+
+def test_the_server_streams_an_answer_piece_by_piece(llama_server: LlamaServer) -> None:
+    pieces: list[str] = []
+    request = ModelRequest(
+        phase="finalize",
+        messages=({"role": "user", "content": "Say hello in five words."},),
+        on_text=pieces.append,
+    )
+
+    response = asyncio.run(served(llama_server).complete(request))
+
+    assert len(pieces) > 1 and "".join(pieces) == response.text
+    assert response.tokens_out >= 1

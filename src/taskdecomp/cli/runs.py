@@ -98,6 +98,12 @@ from taskdecomp.strategies.replan import PROMPT_NAMES, ReplanOptions
     type=click.Path(file_okay=False, path_type=Path),
     help="replan: a directory whose planner.md, executor.md or replanner.md replace ours.",
 )
+@click.option(
+    "--stream-plan/--no-stream-plan",
+    default=None,
+    help="Start read-only steps while the planner still writes the plan.  "
+    "[env: TASKDECOMP_STREAM_PLAN; default: on when the model streams]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @DB_OPTION
 @DURABILITY_OPTION
@@ -118,6 +124,7 @@ def run_command(
     as_json: bool,
     db: str | None,
     durability: Durability | None,
+    stream_plan: bool | None,
     **budget_flags: Any,
 ) -> int:
     """Plan GOAL with the model, validate the plan, execute it with the tools, combine.
@@ -158,6 +165,7 @@ def run_command(
                 replan=replan,
                 lease_seconds=settings.lease_seconds,
                 durability=durability or settings.durability,
+                stream_plan=settings.stream_plan if stream_plan is None else stream_plan,
             ),
             as_json=as_json,
             db=db,

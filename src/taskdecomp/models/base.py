@@ -21,6 +21,10 @@ Progress = Callable[[Stage, int], None]
 from any thread, as often as it likes; the caller throttles and forwards it."""
 
 
+TextSink = Callable[[str], None]
+"""Hears the pieces of an answer as a streaming provider receives them, in order."""
+
+
 class Message(TypedDict):
     """A chat message."""
 
@@ -41,6 +45,9 @@ class ModelRequest:
     """A name for ``json_schema`` (OpenAI's ``response_format`` wants one)."""
     progress: Progress | None = field(default=None, compare=False, repr=False)
     """Where a provider that can say how far it is (a streaming one) reports it."""
+    on_text: TextSink | None = field(default=None, compare=False, repr=False)
+    """Where a provider that streams sends each piece of the answer as it comes (from any
+    thread); the whole answer is still returned as the response."""
 
     def text(self) -> str:
         """All message contents, joined by newlines (what scripted rules match against)."""
@@ -75,6 +82,11 @@ class Model(Protocol):
             ModelError: the call failed; ``ModelTimeoutError`` when it timed out.
         """
         ...
+
+
+def streams(model: object) -> bool:
+    """Whether ``model`` sends the pieces of its answers to ``ModelRequest.on_text``."""
+    return bool(getattr(model, "streams", False))
 
 
 @runtime_checkable

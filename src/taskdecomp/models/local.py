@@ -191,6 +191,9 @@ class LocalModel:
         self._constrain: Constraint = constrain
         self._n_threads = n_threads or os.cpu_count() or 1
 
+    streams = True
+    """Answers arrive token by token (``ModelRequest.on_text`` hears them)."""
+
     @property
     def name(self) -> str:
         """The model string, ``local`` or ``local:PATH``."""
@@ -292,6 +295,8 @@ class LocalModel:
                 piece = (choice.get("delta") or {}).get("content")
                 if piece:
                     pieces.append(piece)
+                    if request.on_text is not None:
+                        request.on_text(piece)
                     if request.progress is not None:
                         request.progress("generating", len(pieces))
                 finish = choice.get("finish_reason") or finish

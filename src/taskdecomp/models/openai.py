@@ -233,6 +233,9 @@ class OpenAIModel:
         self._server = ((base_url or "").rstrip("/"), model)
         self._priced = base_url is None or any(host in base_url for host in OPENAI_HOSTS)
 
+    streams = True
+    """Answers can arrive piece by piece (``ModelRequest.on_text`` asks for it)."""
+
     @property
     def name(self) -> str:
         """The model string, ``openai:MODEL``."""
@@ -292,9 +295,14 @@ class OpenAIModel:
         import openai
 
         try:
-            raw = await client.chat.completions.with_raw_response.create(
-                **self._params(request, form)
-            )
+            if request.on_text is not None:
+                response = await self._streamed(client, request, form)
+            else:
+                raw = await client.chat.completions.with_raw_response.create(
+                    **self._params(request, form)
+                )
+                content_type = raw.headers.get("content-type", "")
+                response = self._response(raw.content, content_type, request)
         except openai.APITimeoutError:
             raise ModelTimeoutError(
                 f"{self.name} did not answer within {self._timeout:g}s; raise "
@@ -311,10 +319,59 @@ class OpenAIModel:
             if _retryable(exc):
                 raise _Retry(error, _retry_after(exc), form) from None
             raise error from None
-        response = self._response(raw.content, raw.headers.get("content-type", ""), request)
         if request.json_schema is not None:
             _WORKING_FORMATS[self._server] = form
         return response
+
+    async def _streamed(
+        self, client: openai.AsyncOpenAI, request: ModelRequest, form: StructuredOutput
+    ) -> ModelResponse:
+        """Send the call with ``stream=True``, handing each piece to ``request.on_text``."""
+        import openai
+
+        assert request.on_text is not None  # only called for a request that listens
+        params = self._params(request, form)
+        stream = await client.chat.completions.create(
+            **params, stream=True, stream_options={"include_usage": True}
+        )
+        pieces: list[str] = []
+        finish: str | None = None
+        usage: Any = None
+        content_type = stream.response.headers.get("content-type", "")
+        try:
+            if "text/event-stream" not in content_type:
+                body = await stream.response.aread()
+                raise self._bad_response(body, content_type)
+            async for chunk in stream:
+                usage = chunk.usage or usage
+                for choice in chunk.choices[:1]:
+                    if choice.delta is not None and choice.delta.content:
+                        pieces.append(choice.delta.content)
+                        request.on_text(choice.delta.content)
+                    finish = choice.finish_reason or finish
+        except (openai.APIError, ValueError) as exc:  # a body that is not an event stream
+            if isinstance(exc, openai.APIStatusError | openai.APIConnectionError):
+                raise
+            raise ModelError(
+                "bad_response", f"{self.name} sent a stream that is not chat completion chunks"
+            ) from None
+        finally:
+            await stream.close()
+        return self._streamed_response("".join(pieces), finish, usage, request)
+
+    def _streamed_response(
+        self, text: str, finish: str | None, usage: Any, request: ModelRequest
+    ) -> ModelResponse:
+        tokens_in = usage.prompt_tokens if usage else estimate_tokens(request.text())
+        tokens_out = usage.completion_tokens if usage else (estimate_tokens(text) if text else 0)
+        cost = price_usd(self._model, tokens_in, tokens_out)
+        return ModelResponse(
+            text=text,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            cost_usd=cost if self._priced else 0.0,
+            finish_reason=finish,
+        )
 
     def _params(self, request: ModelRequest, form: StructuredOutput) -> dict[str, Any]:
         params: dict[str, Any] = {

@@ -8,7 +8,10 @@
   whose regex matches the request's messages answers, so concurrent calls stay
   deterministic; ``default`` answers when none matches.
 
-Either object may add ``"latency_ms"``: every answer waits that long. A string response is
+Either object may add ``"latency_ms"``: every answer waits that long before it starts, and
+``"stream_ms"``: every answer then arrives in pieces spread over that long (sent to
+``ModelRequest.on_text`` when the caller listens; the answer is returned after the last one,
+as a streaming server's would be). A string response is
 the raw completion text; an object or list is sent as JSON; ``{"error": "timeout"}`` and
 ``{"error": "empty"}`` simulate those failures, and ``{"error": "<kind>"}`` any other.
 """
@@ -40,9 +43,12 @@ class _Script(BaseModel):
     rules: list[_Rule] | None = None
     default: Any = None
     latency_ms: float = Field(default=0, ge=0)
+    stream_ms: float = Field(default=0, ge=0)
 
 
 _NO_DEFAULT = object()
+_PIECE = 4
+"""Characters a streamed piece carries (about a token)."""
 
 
 class ScriptedModel:
@@ -52,7 +58,8 @@ class ScriptedModel:
         responses: answers in call order.
         rules: ``(regex, response)`` pairs; the first match answers.
         default: the answer when no rule matches (omit to fail instead).
-        latency_ms: how long every answer waits.
+        latency_ms: how long every answer waits before it starts.
+        stream_ms: how long every answer then takes to arrive, in pieces.
         name: the model string it came from.
     """
 
@@ -63,6 +70,7 @@ class ScriptedModel:
         rules: Sequence[tuple[str, Any]] | None = None,
         default: Any = _NO_DEFAULT,
         latency_ms: float = 0,
+        stream_ms: float = 0,
         name: str = "scripted",
     ) -> None:
         if (responses is None) == (rules is None):
@@ -71,6 +79,7 @@ class ScriptedModel:
         self._rules = [(re.compile(p, re.DOTALL), r) for p, r in rules] if rules else []
         self._default = default
         self._latency = latency_ms / 1000
+        self._stream = stream_ms / 1000
         self._name = name
         self.calls: list[ModelRequest] = []
         """Every request received, in order (handy in tests)."""
@@ -79,6 +88,11 @@ class ScriptedModel:
     def name(self) -> str:
         """The model string."""
         return self._name
+
+    @property
+    def streams(self) -> bool:
+        """Whether answers arrive in pieces (``stream_ms``)."""
+        return self._stream > 0
 
     @property
     def in_order(self) -> bool:
@@ -123,9 +137,10 @@ class ScriptedModel:
                 f"script file {str(path)!r} is not a valid script: {exc}"
             ) from exc
         default = script.default if "default" in data else _NO_DEFAULT
+        latency, stream = script.latency_ms, script.stream_ms
         if script.responses is not None:
-            return cls(responses=script.responses, latency_ms=script.latency_ms, name=name)
-        return cls(rules=rules, default=default, latency_ms=script.latency_ms, name=name)
+            return cls(responses=script.responses, latency_ms=latency, stream_ms=stream, name=name)
+        return cls(rules=rules, default=default, latency_ms=latency, stream_ms=stream, name=name)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer from the script."""
@@ -141,11 +156,24 @@ class ScriptedModel:
                 raise ModelError(kind, f"scripted error {kind!r}")
             answer = ""
         text = answer if isinstance(answer, str) else json.dumps(answer)
+        await self._send(text, request)
         return ModelResponse(
             text=text,
             tokens_in=estimate_tokens(request.text()),
             tokens_out=estimate_tokens(text) if text else 0,
         )
+
+    async def _send(self, text: str, request: ModelRequest) -> None:
+        """Spend ``stream_ms`` on the answer, in pieces of about a token each."""
+        if not self._stream:
+            return
+        pieces = [text[i : i + _PIECE] for i in range(0, len(text), _PIECE)] or [""]
+        loop = asyncio.get_running_loop()
+        start, pause = loop.time(), self._stream / len(pieces)
+        for number, piece in enumerate(pieces, start=1):
+            await asyncio.sleep(max(0.0, start + number * pause - loop.time()))  # no drift
+            if request.on_text is not None and piece:
+                request.on_text(piece)
 
     def _next_answer(self, request: ModelRequest) -> Any:
         if self._responses is not None:

@@ -12,8 +12,10 @@ a run is checkpointed after every step and :func:`resume` continues it after a c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any, Literal
 
 from taskdecomp import durable
@@ -22,8 +24,9 @@ from taskdecomp.durable import DEFAULT_DURABILITY, Durability
 from taskdecomp.errors import ConfigError
 from taskdecomp.events import PlanCreated, RunStarted, Subscriber
 from taskdecomp.models import Model, ModelRequest, ScriptedModel, resolve_model
+from taskdecomp.models.base import streams
 from taskdecomp.models.schemas import plan_schema
-from taskdecomp.plan import Plan
+from taskdecomp.plan import Plan, TaskId
 from taskdecomp.policy import parse_model_json, validate_plan_action
 from taskdecomp.prompts import render
 from taskdecomp.run import RunId, RunResult, new_run_id
@@ -42,6 +45,7 @@ from taskdecomp.strategies.base import (
     restore,
 )
 from taskdecomp.strategies.replan import ReplanOptions, replan_phases
+from taskdecomp.streaming import EarlySteps, PlanStream
 
 Strategy = Literal["plan_execute", "replan"]
 """The strategies a run can use."""
@@ -64,6 +68,7 @@ async def run(
     replan: ReplanOptions | None = None,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     durability: Durability = DEFAULT_DURABILITY,
+    stream_plan: bool | None = None,
 ) -> RunResult:
     """Run ``goal`` with ``strategy``; always returns a result, never raises for a run failure.
 
@@ -90,6 +95,9 @@ async def run(
         durability: ``async`` (default) commits finished steps in groups off the event
             loop and waits for the disk only before ``unsafe`` calls, at pauses and at the
             end; ``sync`` commits every step durably before the run goes on.
+        stream_plan: start ``read_only`` steps while the planner still writes the plan
+            (:mod:`taskdecomp.streaming`); default: when the model streams (``openai``,
+            ``local``, a scripted model with ``stream_ms``). ``plan_execute`` only.
 
     Raises:
         ConfigError: the goal is empty, the toolset or a model string cannot be loaded, or
@@ -124,7 +132,7 @@ async def run(
         with store.batch(durable=durability == "sync"):  # async: the first barrier syncs it
             lease = store.create_run(new, owner=durable.new_owner_id(), ttl=ttl)
         attach_journal(ctx, store, lease, segment=1, started=started, durability=durability)
-    phases = _phases(budget, combiner, options, None)
+    phases = _phases(budget, combiner, options, None, stream_plan)
     async with durable.leased(ctx.journal):
         return await execute(ctx, Outcome(), budget, phases, started=started)
 
@@ -154,6 +162,7 @@ def _phases(
     combiner: Model | None,
     options: ReplanOptions | None,
     stored: StoredRun | None,
+    stream_plan: bool | None = None,
 ) -> Phases:
     if options is not None:
         return replan_phases(budget, options, stored)
@@ -162,12 +171,13 @@ def _phases(
         done = stored.finished_steps() if stored is not None else frozenset()
         if stored is not None:
             outcome.plan = stored.plan
+        running: dict[TaskId, asyncio.Task[None]] = {}
         if outcome.plan is None:
-            outcome.plan = await _plan(ctx, outcome, budget)
-            ctx.events.emit(PlanCreated(run_id=ctx.run_id, plan=outcome.plan))
-            if ctx.journal is not None:
-                ctx.journal.plan_created(outcome.plan)
-        await execute_plan(outcome.plan, ctx, max_parallel=budget.max_parallel, done=done)
+            outcome.plan, early, running = await _planned(ctx, outcome, budget, stream_plan)
+            done = done | early
+        await execute_plan(
+            outcome.plan, ctx, max_parallel=budget.max_parallel, done=done, started=running
+        )
         outcome.answer = await _combine(ctx, combiner)
 
     return plan_execute
@@ -355,7 +365,33 @@ def _carry_on_scripts(stored: StoredRun, planner: Model) -> None:
         planner.skip(stored.usage.llm_calls)
 
 
-async def _plan(ctx: RunContext, outcome: Outcome, budget: Budget) -> Plan:
+async def _planned(
+    ctx: RunContext, outcome: Outcome, budget: Budget, stream_plan: bool | None
+) -> tuple[Plan, frozenset[TaskId], dict[TaskId, asyncio.Task[None]]]:
+    """Plan and store the plan; say which steps finished and which still run (streamed)."""
+    stream = streams(ctx.model) if stream_plan is None else stream_plan
+    early = EarlySteps(
+        ctx,
+        max_steps=min(budget.max_plan_steps, budget.max_execute_steps),
+        max_parallel=budget.max_parallel,
+    )
+    if stream and ctx.journal is not None:
+        ctx.journal.hold()  # the plan is stored before the steps that started early
+    try:
+        plan = outcome.plan = await _plan(ctx, outcome, budget, early if stream else None)
+        ctx.events.emit(PlanCreated(run_id=ctx.run_id, plan=plan))
+        if ctx.journal is not None:
+            ctx.journal.plan_created(plan)
+    finally:
+        if ctx.journal is not None:
+            ctx.journal.unhold()
+    running = await early.handover()
+    return plan, frozenset(early.finished), running
+
+
+async def _plan(
+    ctx: RunContext, outcome: Outcome, budget: Budget, early: EarlySteps | None
+) -> Plan:
     allowed = ctx.gateway.allow
     catalog = ctx.gateway.toolset.catalog(allowed)
     payload = {
@@ -373,13 +409,32 @@ async def _plan(ctx: RunContext, outcome: Outcome, budget: Budget) -> Plan:
         json_schema=plan_schema(catalog, min_steps=MIN_PLAN_STEPS, max_steps=budget.max_plan_steps),
         schema_name="plan",
     )
-    response = await ctx.ask(request)
-    outcome.raw_plan = response.text
-    action = parse_model_json(response.text)
-    outcome.raw_plan = action
-    plan = validate_plan_action(action, max_plan_steps=budget.max_plan_steps, allowed_tools=allowed)
+    try:
+        response = await ctx.ask(_streamed(request, early) if early is not None else request)
+        outcome.raw_plan = response.text
+        action = parse_model_json(response.text)
+        outcome.raw_plan = action
+        plan = validate_plan_action(
+            action, max_plan_steps=budget.max_plan_steps, allowed_tools=allowed
+        )
+    except BaseException:
+        if early is not None:
+            await early.cancel()
+        raise
     outcome.raw_plan = None
     return plan
+
+
+def _streamed(request: ModelRequest, early: EarlySteps) -> ModelRequest:
+    """``request``, with its answer's steps offered to ``early`` as they complete."""
+    loop = asyncio.get_running_loop()
+    stream = PlanStream()
+
+    def on_text(piece: str) -> None:  # the provider may call it from another thread
+        with contextlib.suppress(RuntimeError):  # the run is over and its loop closed
+            loop.call_soon_threadsafe(lambda: early.offer(stream.feed(piece)))
+
+    return replace(request, on_text=on_text)
 
 
 async def _combine(ctx: RunContext, combiner: Model | None) -> str:
