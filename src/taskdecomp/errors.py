@@ -6,6 +6,7 @@
     ├── ConfigError                 the caller must change something before running
     │   ├── ToolsetError            a toolset path/module cannot be loaded or is malformed
     │   ├── ModelNotFoundError      a model string names no provider, or a bad file
+    │   ├── WorkflowError           a workflow file or guard is malformed (every problem named)
     │   └── StoreError              the run store cannot be opened, reached or written
     │       ├── RunNotFoundError    no stored run has that id
     │       ├── StoreValueError     a value cannot be stored (too long for the store)
@@ -40,6 +41,18 @@ class ToolsetError(ConfigError):
 
 class ModelNotFoundError(ConfigError):
     """A model string does not resolve to a provider."""
+
+
+class WorkflowError(ConfigError):
+    """A workflow definition, or a guard in it, is malformed.
+
+    Attributes:
+        problems: every problem found, each naming its phase and field.
+    """
+
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems or (message,)
 
 
 class StoreError(ConfigError):

@@ -1,0 +1,23 @@
+"""Workflows: YAML phases, a task loop with spec checks, file permissions in code."""
+
+from taskdecomp.strategies.workflow.definition import (
+    BUILT_IN,
+    Phase,
+    Problem,
+    Transition,
+    Workflow,
+    check_workflow,
+    load_workflow,
+)
+from taskdecomp.strategies.workflow.guards import Guard
+
+__all__ = [
+    "BUILT_IN",
+    "Guard",
+    "Phase",
+    "Problem",
+    "Transition",
+    "Workflow",
+    "check_workflow",
+    "load_workflow",
+]
