@@ -10,14 +10,19 @@ from taskdecomp.strategies.workflow.definition import (
     load_workflow,
 )
 from taskdecomp.strategies.workflow.guards import Guard
+from taskdecomp.strategies.workflow.tasklist import TaskList, TaskListError, WorkTask, parse_tasks
 
 __all__ = [
     "BUILT_IN",
     "Guard",
     "Phase",
     "Problem",
+    "TaskList",
+    "TaskListError",
     "Transition",
+    "WorkTask",
     "Workflow",
     "check_workflow",
     "load_workflow",
+    "parse_tasks",
 ]
