@@ -11,10 +11,12 @@ from taskdecomp.strategies.workflow.definition import (
 )
 from taskdecomp.strategies.workflow.guards import Guard
 from taskdecomp.strategies.workflow.tasklist import TaskList, TaskListError, WorkTask, parse_tasks
+from taskdecomp.strategies.workflow.workspace import PathRefused, Workspace, WriteScope
 
 __all__ = [
     "BUILT_IN",
     "Guard",
+    "PathRefused",
     "Phase",
     "Problem",
     "TaskList",
@@ -22,6 +24,8 @@ __all__ = [
     "Transition",
     "WorkTask",
     "Workflow",
+    "Workspace",
+    "WriteScope",
     "check_workflow",
     "load_workflow",
     "parse_tasks",
