@@ -1,0 +1,63 @@
+"""Git in a workflow's workspace: each passed task is committed with its id in the message.
+
+Only the task's own changed paths are committed (a pathspec limits the commit), so work
+staged or left by anything else stays out of it. The ``git`` command line is used as it is;
+a workspace without an identity configured commits as ``taskdecomp``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from taskdecomp.errors import ConfigError
+
+_IDENTITY = ("-c", "user.name=taskdecomp", "-c", "user.email=taskdecomp@localhost")
+
+
+def is_repository(root: Path) -> bool:
+    """Whether ``root`` is the top of a git work tree."""
+    try:
+        top = _git(root, "rev-parse", "--show-toplevel")
+    except ConfigError:
+        return False
+    return Path(top).resolve() == root.resolve()
+
+
+def commit_task(root: Path, task_id: str, title: str, paths: Sequence[str]) -> str | None:
+    """Commit ``paths`` as task ``task_id``; return the commit's id, or ``None`` if nothing changed.
+
+    Raises:
+        ConfigError: git refused (the message is git's own, on one line).
+    """
+    if not paths:
+        return None
+    _git(root, "add", "--all", "--", *paths)
+    staged = _git(root, "diff", "--cached", "--name-only", "--", *paths)
+    if not staged.strip():
+        return None
+    identity = () if _has_identity(root) else _IDENTITY
+    message = f"{task_id}: {title}"
+    _git(root, *identity, "commit", "--quiet", "--no-verify", "-m", message, "--", *paths)
+    return _git(root, "rev-parse", "HEAD")
+
+
+def _has_identity(root: Path) -> bool:
+    try:
+        return bool(_git(root, "config", "user.email"))
+    except ConfigError:
+        return False
+
+
+def _git(root: Path, *args: str) -> str:
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(f"cannot run git in {str(root)!r}: {exc}") from exc
+    if done.returncode != 0:
+        problem = " ".join((done.stderr or done.stdout).split()) or f"exit {done.returncode}"
+        raise ConfigError(f"git {args[0] if args else ''} failed in {str(root)!r}: {problem}")
+    return done.stdout.strip()
