@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from taskdecomp import Budget, ScriptedModel, tool
 from taskdecomp.events import Event, ModelCalled, PlanCreated
@@ -266,3 +268,37 @@ def test_a_step_that_started_early_and_failed_stops_the_run_with_its_plan() -> N
     assert result.stop_reason == "loop_detected"  # s2 repeats s1's call
     assert result.plan is not None and len(result.plan.steps) == 3
     assert [n for _, n, _ in desk.calls] == [1]
+
+
+_STEPS = st.lists(
+    st.fixed_dictionaries(
+        {
+            "title": st.text(min_size=1, max_size=12),
+            "tool": st.sampled_from(["look", "put"]),
+            "args": st.dictionaries(
+                st.text(min_size=1, max_size=5),
+                st.one_of(st.integers(), st.text(max_size=8), st.booleans(), st.none()),
+                max_size=3,
+            ),
+        }
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@given(_STEPS, st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=60))
+@settings(max_examples=200, deadline=None)
+def test_any_split_of_a_plan_gives_its_steps_in_order_each_once(
+    raw_steps: list[dict[str, Any]], sizes: list[int]
+) -> None:
+    steps = [{"id": f"s{n}", **raw} for n, raw in enumerate(raw_steps, start=1)]
+    text = json.dumps({"kind": "plan", "steps": steps}, indent=None if len(sizes) % 2 else 1)
+    stream, given_steps, at = PlanStream(), [], 0
+    for size in sizes * (len(text) // max(1, sum(sizes)) + 1):
+        if at >= len(text):
+            break
+        given_steps += stream.feed(text[at : at + size])
+        assert given_steps == steps[: len(given_steps)]  # a prefix, never a guess
+        at += size
+    assert given_steps == steps  # once the text is whole, every step is out
