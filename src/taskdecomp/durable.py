@@ -652,6 +652,8 @@ class StoredConfig:
     """The strategy the run uses."""
     replan: Mapping[str, Any] | None = None
     """The ``replan`` strategy's options."""
+    workflow: Mapping[str, Any] | None = None
+    """The ``workflow`` strategy's settings (its file, workspace, options)."""
 
 
 class _ConfigModel(BaseModel):
@@ -661,6 +663,7 @@ class _ConfigModel(BaseModel):
     combiner_model: str | None = None
     strategy: str = "plan_execute"
     replan: dict[str, Any] | None = None
+    workflow: dict[str, Any] | None = None
 
 
 def new_run(
@@ -674,6 +677,7 @@ def new_run(
     budget: Budget,
     strategy: str = "plan_execute",
     replan: Mapping[str, Any] | None = None,
+    workflow: Mapping[str, Any] | None = None,
 ) -> NewRun:
     """What to store when a run starts: enough for a resume to rebuild it."""
     config: dict[str, Any] = {
@@ -684,6 +688,8 @@ def new_run(
     }
     if replan is not None:
         config["replan"] = dict(replan)
+    if workflow is not None:
+        config["workflow"] = dict(workflow)
     return NewRun(
         run_id=run_id, goal=goal, model=model_name(model), tools=tools_name(tools), config=config
     )
@@ -728,6 +734,7 @@ def stored_config(stored: StoredRun) -> StoredConfig:
         combiner_model=raw.combiner_model,
         strategy=raw.strategy,
         replan=raw.replan,
+        workflow=raw.workflow,
     )
 
 

@@ -74,6 +74,13 @@ class ToolGateway:
         """Count a call made before a resume, by its argument hash (as in the trace)."""
         self._seen_calls.add(f"{name}:{digest}")
 
+    def forget_calls(self, keep: Iterable[str] = ()) -> None:
+        """Start loop detection afresh (a workflow phase reads files anew), keeping ``keep``.
+
+        ``keep`` holds ``name:digest`` signatures, as the trace records them.
+        """
+        self._seen_calls = set(keep)
+
     async def call(
         self,
         name: str,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextvars
 import functools
 import importlib
 import json
@@ -174,8 +175,10 @@ def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Job:
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Outcome] = loop.create_future()
 
+    context = contextvars.copy_context()  # as asyncio.to_thread: the caller's context vars
+
     def work() -> None:
-        _settle(loop, future, _call(fn, kwargs))
+        _settle(loop, future, context.run(_call, fn, kwargs))
 
     _workers.submit(work)
     return Job(future=future, stop=future.cancel)

@@ -132,7 +132,8 @@ CODES: tuple[StopCode, ...] = (
     StopCode(
         family="max_iterations",
         detail=None,
-        meaning="Replan: the execute/replan rounds (`max_iterations`) are spent.",
+        meaning="Replan: the execute/replan rounds (`max_iterations`) are spent; workflow: "
+        "the phase runs are.",
     ),
     StopCode(
         family="max_agent_turns",
@@ -165,6 +166,22 @@ CODES: tuple[StopCode, ...] = (
         family="approval_rejected",
         detail=None,
         meaning="A human rejected the plan or the tool call; see `message`.",
+    ),
+    StopCode(
+        family="workflow_stuck",
+        detail="<phase>",
+        meaning="Workflow: no transition of this phase holds, or it has no task to work on.",
+    ),
+    StopCode(
+        family="task_failed",
+        detail="<task>",
+        meaning="Workflow: the task failed its spec check more often than `max_task_retries`.",
+    ),
+    StopCode(
+        family="out_of_scope_write",
+        detail="<phase>",
+        meaning="Workflow: a phase outside the task loop changed files it may not write "
+        "(the paths are in `message`).",
     ),
     StopCode(
         family="lease_lost",

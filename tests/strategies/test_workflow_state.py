@@ -66,7 +66,7 @@ def new(n: int, **extra: Any) -> dict[str, Any]:
 
 
 def test_added_tasks_are_checked_against_the_list_and_capped() -> None:
-    state = add_tasks(started(), [new(6), new(7, dependsOn=["T6"])])
+    state = add_tasks(started(), [new(6), new(7, dependsOn=["T6", "T1"])])
     assert state.tasks is not None and [t.id for t in state.tasks.tasks][-2:] == ["T6", "T7"]
     assert state.added == 2
     with pytest.raises(StateRefused, match="duplicate_id:T1"):

@@ -317,9 +317,17 @@ async def continue_run(
         stored = prepared
         config = durable.stored_config(stored)
         budget = budget or config.budget
-        toolset = as_toolset(
-            tools if tools is not None else durable.require(stored.tools, "tools", stored.run_id)
-        )
+        phases: Phases | None = None
+        if config.strategy == "workflow":
+            from taskdecomp.strategies.workflow.api import rebuild  # it builds on this module
+
+            toolset, phases = rebuild(stored, config, tools)
+        else:
+            toolset = as_toolset(
+                tools
+                if tools is not None
+                else durable.require(stored.tools, "tools", stored.run_id)
+            )
         planner = resolve_model(model or durable.require(stored.model, "model", stored.run_id))
         combiner_spec = combiner_model or config.combiner_model
         combiner = resolve_model(combiner_spec) if combiner_spec is not None else None
@@ -350,7 +358,8 @@ async def continue_run(
         options = (
             ReplanOptions.from_dict(config.replan or {}) if config.strategy == "replan" else None
         )
-        phases = _phases(budget, combiner, options, stored)
+        if phases is None:
+            phases = _phases(budget, combiner, options, stored)
         return await execute(ctx, outcome, budget, phases, started=started)
 
 

@@ -56,6 +56,7 @@ class ExecutorAgent:
             resumed or approved run goes on after the last recorded turn.
         max_turns: most model turns per step.
         prompts: a directory whose ``executor.md`` replaces the packaged prompt.
+        system: the system prompt itself, instead of ``executor.md`` (a workflow phase's).
     """
 
     def __init__(
@@ -66,12 +67,14 @@ class ExecutorAgent:
         log: TurnLog,
         max_turns: int,
         prompts: Path | None,
+        system: str | None = None,
     ) -> None:
         self._ctx = ctx
         self._progress = progress
         self._log = log
         self._max_turns = max_turns
         self._prompts = prompts
+        self._system = system
         self._catalog = ctx.gateway.toolset.catalog(ctx.gateway.allow)
         self._schema = action_schema(self._catalog)
 
@@ -125,7 +128,7 @@ class ExecutorAgent:
             "turns": turns,
             "turns_left": self._max_turns - turn + 1,
         }
-        system = render("replan/executor", directory=self._prompts)
+        system = self._system or render("replan/executor", directory=self._prompts)
         return ModelRequest(
             phase="execute",
             messages=(

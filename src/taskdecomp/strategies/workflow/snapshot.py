@@ -2,7 +2,7 @@
 
 The workspace tools check every write before it happens; a snapshot after every phase
 catches what changed any other way (a shell tool, a test run, a formatter). ``.git/`` and
-the runner's own state files are left out.
+the runner's own files (its state files and ``.taskdecomp/run/``) are left out.
 """
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskdecomp.strategies.workflow.workspace import STATE_FILES, WriteScope, glob_match
+from taskdecomp.strategies.workflow.workspace import (
+    RUNNER_DIR,
+    STATE_FILES,
+    WriteScope,
+    glob_match,
+)
 
 Snapshot = Mapping[str, str]
 """Each file's workspace path and a digest of its content (``link:TARGET`` for a link)."""
@@ -41,7 +46,7 @@ def snapshot(root: Path) -> dict[str, str]:
         for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
             path = Path(dirpath) / name
             relative = path.relative_to(root).as_posix()
-            if relative not in STATE_FILES:
+            if relative not in STATE_FILES and not relative.startswith(RUNNER_DIR):
                 found[relative] = _digest(path)
     return found
 

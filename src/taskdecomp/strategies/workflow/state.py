@@ -26,7 +26,7 @@ from taskdecomp.strategies.workflow.tasklist import (
     TaskList,
     TaskListError,
     TaskStatus,
-    check_tasks,
+    parse_new_tasks,
     parse_tasks,
 )
 
@@ -139,13 +139,7 @@ def add_tasks(state: WorkflowState, raw: Any, *, max_added: int = MAX_ADDED_TASK
         left = max_added - state.added
         raise StateRefused(f"{len(items)} new tasks, but only {left} more may be added in this run")
     try:
-        new = parse_tasks(
-            {"decomposedFrom": tasks.decomposed_from, "tasks": items},
-            min_tasks=1,
-            max_tasks=max_added,
-        )
-        combined = tasks.tasks + new.tasks
-        check_tasks(combined)
+        combined = tasks.tasks + parse_new_tasks(items, tasks)
     except TaskListError as exc:
         raise StateRefused(f"tasks refused ({exc.rule}): {exc}") from None
     return replace(state, tasks=replace(tasks, tasks=combined), added=state.added + len(items))

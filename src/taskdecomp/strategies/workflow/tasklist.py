@@ -140,12 +140,7 @@ def parse_tasks(raw: Any, *, min_tasks: int = MIN_TASKS, max_tasks: int = MAX_TA
     Raises:
         TaskListError: the first rule it breaks, with a message saying how to fix it.
     """
-    try:
-        model = _ListModel.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the list"
-        raise TaskListError("schema", f"{where}: {first['msg']}") from None
+    model = _validated(raw)
     if not min_tasks <= len(model.tasks) <= max_tasks:
         raise TaskListError(
             "task_count",
@@ -155,6 +150,29 @@ def parse_tasks(raw: Any, *, min_tasks: int = MIN_TASKS, max_tasks: int = MAX_TA
     tasks = tuple(_task(item) for item in model.tasks)
     check_tasks(tasks)
     return TaskList(decomposed_from=model.decomposedFrom, tasks=tasks)
+
+
+def parse_new_tasks(raw: Any, existing: TaskList) -> tuple[WorkTask, ...]:
+    """Validate tasks to append to ``existing``, the rules checked on the whole list.
+
+    A new task may depend on an existing one.
+
+    Raises:
+        TaskListError: the first rule broken.
+    """
+    model = _validated({"decomposedFrom": existing.decomposed_from, "tasks": raw})
+    tasks = tuple(_task(item) for item in model.tasks)
+    check_tasks(existing.tasks + tasks)
+    return tasks
+
+
+def _validated(raw: Any) -> _ListModel:
+    try:
+        return _ListModel.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the list"
+        raise TaskListError("schema", f"{where}: {first['msg']}") from None
 
 
 def check_tasks(tasks: Iterable[WorkTask]) -> None:

@@ -30,6 +30,8 @@ MAX_PATH_CHARS = 1024
 MAX_NAME_CHARS = 255
 STATE_FILES = frozenset({".taskdecomp/tasks.json", ".taskdecomp/status.json"})
 """Written by the runner only."""
+RUNNER_DIR = ".taskdecomp/run/"
+"""The runner's own working files (a phase's starting snapshot); never written by agents."""
 
 
 class PathRefused(ValueError):
@@ -97,7 +99,7 @@ class Workspace:
         """
         real = self.resolve(path)
         relative = self.relative(real)
-        if real == self.root or relative in STATE_FILES:
+        if real == self.root or relative in STATE_FILES or relative.startswith(RUNNER_DIR):
             raise PathRefused(f"{path!r} is not a file this phase may write")
         if not any(glob_match(glob, relative) for glob in scope.globs):
             allowed = ", ".join(scope.globs) or "nothing (this phase is read-only)"
