@@ -229,8 +229,13 @@ class Activity:
         elif isinstance(event, StepStarted):
             self._steps[event.step_no] = (event.step.tool_name, time.monotonic())
             step = event.step
+            does = (" -> ", step.tool) if step.tool is not None else (": ", step.title)
             self._print(
-                ("step ", "dim"), f"{event.step_no} ", literal(step.id), " -> ", step.tool_name
+                ("step ", "dim"),
+                f"{event.step_no} ",
+                literal(step.id),
+                does[0],
+                literal(does[1], limit=200),
             )
         elif isinstance(event, StepFinished):
             self._steps.pop(event.entry.step_no, None)

@@ -177,6 +177,7 @@ def until_done(
     *,
     as_json: bool,
     db: str | None = None,
+    show: Callable[[RunResult], None] | None = None,
 ) -> int:
     """Run ``start(on_event)`` and report it; on Ctrl-C, report the cancelled run (130).
 
@@ -197,10 +198,10 @@ def until_done(
     except KeyboardInterrupt:
         if not ended:
             raise
-        report(ended[-1], as_json=as_json)
+        report(ended[-1], as_json=as_json, show=show)
         _stopped_by_ctrl_c(ended[-1], db)
         return EXIT_INTERRUPTED
-    return report(result, as_json=as_json)
+    return report(result, as_json=as_json, show=show)
 
 
 def _stopped_by_ctrl_c(result: RunResult, db: str | None) -> None:
@@ -245,10 +246,17 @@ def _replan_options(
     )
 
 
-def report(result: RunResult, *, as_json: bool) -> int:
-    """Print ``result``; return the exit code (0 ok, 3 paused, 1 stopped)."""
+def report(
+    result: RunResult, *, as_json: bool, show: Callable[[RunResult], None] | None = None
+) -> int:
+    """Print ``result``; return the exit code (0 ok, 3 paused, 1 stopped).
+
+    ``show``, when given, prints the result instead of the usual summary.
+    """
     if as_json:
         echo_json(result.to_dict())
+    elif show is not None:
+        show(result)
     else:
         views.summary(console(), result, debug=debug_enabled())
     if result.ok:

@@ -229,14 +229,18 @@ class Runner:
             return True
         if status == "failed" and not outside:
             return False  # update_task counted the attempt and kept the feedback
-        feedback = s.state.feedback.get(task.id, "") if status == "failed" else ""
-        notes = [feedback or _text(result) or "the spec check gave no verdict"]
+        notes = []
+        if status == "failed":
+            notes.append(s.state.feedback.get(task.id, ""))
+        elif not outside:
+            notes.append(_text(result) or "the spec check gave no verdict")
         if outside:
             notes.append("changed files outside filesAllowed: " + ", ".join(outside))
+        feedback = "; ".join(note for note in notes if note)
         if status == "failed":  # counted already: add the paths to its feedback
-            s.state = replace(s.state, feedback={**s.state.feedback, task.id: "; ".join(notes)})
+            s.state = replace(s.state, feedback={**s.state.feedback, task.id: feedback})
         else:
-            s.state = rules.update_task(s.state, task.id, "failed", "; ".join(notes))
+            s.state = rules.update_task(s.state, task.id, "failed", feedback)
         return False
 
     def _passed(self, task: WorkTask) -> None:
