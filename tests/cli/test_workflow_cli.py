@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,120 @@ def test_a_missing_file_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) 
     assert code == 2 and out == ""
     assert err.startswith("taskdecomp: error: no workflow file at 'no-such-flow.yaml'")
     assert err.count("\n") == 1
+
+
+def scenario_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, *extra: str
+) -> tuple[int, str, str, Path]:
+    from tests.workflow.scenario import make_workspace, write_script
+
+    ws, design = make_workspace(tmp_path)
+    model = write_script(tmp_path / "script.json")
+    db = str(tmp_path / "runs.db")
+    code, out, err = cli(
+        capsys,
+        "workflow", "run", "--workspace", str(ws), "--input", str(design), "--model", model,
+        "--min-tasks", "3", "--db", db, *extra,
+    )  # fmt: skip
+    return code, out, err, ws
+
+
+def test_workflow_run_prints_phases_and_tasks_and_show_repeats_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err, _ = scenario_run(capsys, tmp_path)
+    assert code == 0, err
+    assert "step 1 p1: design_draft" in err  # progress names the phase
+    assert "stop_reason=success" in out
+    assert "sub(3, 1) gives 4" in out  # T2's feedback in the task table
+    run_id = re.findall(r"workflow run ([0-9a-f]{32})", out)[0]
+    db = str(tmp_path / "runs.db")
+    code, shown, _ = cli(capsys, "workflow", "show", run_id, "--db", db, "--json")
+    view = json.loads(shown)
+    assert code == 0 and view["run_id"] == run_id and view["phase"] == "complete"
+    assert [t["status"] for t in view["tasks"]] == ["passed"] * 5
+    code, listed, _ = cli(capsys, "runs", "--db", db, "--json")
+    assert code == 0 and run_id in {r["run_id"] for r in json.loads(listed)}
+    code, text, _ = cli(capsys, "workflow", "show", run_id, "--db", db)
+    assert code == 0 and "code_review" in text and "T5" in text
+
+
+def test_workflow_run_json_and_no_commit(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from tests.workflow.scenario import git
+
+    code, out, err, ws = scenario_run(capsys, tmp_path, "--json", "--no-commit")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["stop_reason"] == "success" and result["status"] == "ok"
+    assert git(ws, "log", "--format=%s").split() == ["start"]
+
+
+def test_workflow_show_refuses_a_run_that_is_not_a_workflow(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from tests.conftest import SALES_TOOLS
+
+    script = tmp_path / "plan.json"
+    script.write_text(
+        json.dumps(
+            [
+                {
+                    "steps": [
+                        {
+                            "id": "s1",
+                            "title": "t",
+                            "tool": "get_manager_profile",
+                            "args": {"manager_id": 42},
+                        }
+                    ]
+                },
+                "done",
+            ]
+        )
+    )
+    db = str(tmp_path / "runs.db")
+    code, out, _ = cli(
+        capsys, "run", "goal", "--tools", str(SALES_TOOLS), "--model", f"scripted:{script}",
+        "--db", db, "--json", "--max-plan-steps", "3",
+    )  # fmt: skip
+    run_id = json.loads(out)["run_id"]
+    code, _, err = cli(capsys, "workflow", "show", run_id, "--db", db)
+    assert code == 2 and "is not a workflow run" in err
+
+
+def test_workflow_run_usage_errors_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "x.json").write_text("[]")  # the cwd is tmp_path
+    code, _, err = cli(
+        capsys, "workflow", "run", "tasks", "--workspace", str(ws), "--model", "scripted:x.json"
+    )
+    assert code == 2 and "--tasks FILE" in err
+    code, _, err = cli(
+        capsys, "workflow", "run", "--workspace", str(tmp_path / "nowhere"), "--model", "scripted:x.json"
+    )
+    assert code == 2 and "is not a folder" in err
+    bad = tmp_path / "tasks.json"
+    bad.write_text(
+        json.dumps(
+            {
+                "tasks": [
+                    {
+                        "id": "A",
+                        "title": "a",
+                        "acceptanceCriteria": ["x"],
+                        "filesAllowed": ["../out"],
+                    }
+                ]
+            }
+        )
+    )
+    code, _, err = cli(
+        capsys, "workflow", "run", "tasks", "--workspace", str(ws), "--tasks", str(bad),
+        "--model", "scripted:x.json",
+    )  # fmt: skip
+    assert code == 2 and "bad_glob:A" in err and "climbs out" in err

@@ -83,7 +83,10 @@ def rules(*, out_of_scope: bool = False) -> list[dict[str, Any]]:
             call("write_file", path=".taskdecomp/design.md", content=DESIGN),
         ),
         (phase("design_draft"), finish("design written")),
-        (f"{phase('design_review')}.*{first()}", call("set_status", fields={"designApproved": True})),
+        (
+            f"{phase('design_review')}.*{first()}",
+            call("set_status", fields={"designApproved": True}),
+        ),
         (phase("design_review"), finish("approved")),
         (f"{phase('task_decomposition')}.*{first()}", call("put_tasks", tasks=TASKS)),
         (
