@@ -163,8 +163,9 @@ def test_workflow_run_usage_errors_exit_2(
         capsys, "workflow", "run", "tasks", "--workspace", str(ws), "--model", "scripted:x.json"
     )
     assert code == 2 and "--tasks FILE" in err
+    nowhere = str(tmp_path / "nowhere")
     code, _, err = cli(
-        capsys, "workflow", "run", "--workspace", str(tmp_path / "nowhere"), "--model", "scripted:x.json"
+        capsys, "workflow", "run", "--workspace", nowhere, "--model", "scripted:x.json"
     )
     assert code == 2 and "is not a folder" in err
     bad = tmp_path / "tasks.json"
