@@ -323,18 +323,40 @@ class Journal:
             )
         return Attempt(self, start, attempt_id)
 
-    def step_done(self, entry: HistoryEntry) -> None:
+    def step_done(
+        self,
+        entry: HistoryEntry,
+        *,
+        state: tuple[Plan, Mapping[str, Any], Mapping[str, Any]] | None = None,
+    ) -> None:
         """Checkpoint a step that finished without a call of its own (an instruction step).
+
+        ``state`` (the plan, the strategy state and the approvals) is stored in the same
+        transaction, so a crash never keeps the step without what the strategy made of it.
 
         Raises:
             StopRun: ``lease_lost``: another process owns the run; nothing was written.
         """
         usage, events, lease = self.usage(), self.drain(), self.lease
-        self.record(
-            lambda: self.store.save_step(
-                self.run_id, entry, usage=usage, events=events, lease=lease
-            )
-        )
+        frozen = (state[0], _frozen(state[1]), _frozen(state[2])) if state else None
+
+        def save() -> None:
+            self.store.save_step(self.run_id, entry, usage=usage, events=events, lease=lease)
+            if frozen is not None:
+                plan, strategy, approvals = frozen
+                self.store.save_state(
+                    self.run_id, plan, strategy, approvals=approvals, usage=usage, events=(),
+                    lease=lease,
+                )  # fmt: skip
+
+        def write() -> None:
+            if self._writer is None and frozen is not None:  # sync: one transaction
+                with self.store.batch(durable=True):
+                    save()
+            else:  # async: the group's transaction holds both
+                save()
+
+        self.record(write)
 
     def state_saved(
         self, plan: Plan, state: Mapping[str, Any], *, approvals: Mapping[str, Any]

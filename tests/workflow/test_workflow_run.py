@@ -274,6 +274,10 @@ def test_ready_tasks_with_disjoint_files_run_at_once(tmp_path: Path, parallel: i
         # T1, T2 and T4 are ready at once with disjoint files
         assert {("T1", "T2"), ("T1", "T4"), ("T2", "T4")} <= together
     assert not any("T5" in pair for pair in together)  # overlapping files: alone
+    # what other tasks wrote meanwhile is theirs: no task was failed for it
+    assert [e.observation["out_of_scope"] for e in result.history] == [[]] * len(result.history)
+    retried = {e.observation["task"] for e in result.history if e.observation["attempt"] > 1}
+    assert retried == {"T2"}
     assert spans["T3"][0] > spans["T1"][1]  # T3 depends on T1
     assert (ws / "calc" / "sub.py").read_text() == FILES["T2"][1]
     assert len(git(ws, "log", "--format=%s").splitlines()) == 6

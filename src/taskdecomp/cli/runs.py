@@ -355,7 +355,11 @@ def resume_command(
         if max_seconds is not None:
             budget = dataclasses.replace(budget, max_seconds=max_seconds)
         planner, combiner = _resume_models(stored, model, combiner_model, base_url)
-        toolset = load_tools(tools or durable.require(stored.tools, "tools", stored.run_id))
+        workflow = durable.stored_config(stored).strategy == "workflow"
+        source = tools or stored.tools
+        if source is None and not workflow:  # a workflow has tools of its own
+            source = durable.require(stored.tools, "tools", stored.run_id)
+        toolset = load_tools(source) if source is not None else None
         return until_done(
             lambda on_event: resume(
                 run_id,

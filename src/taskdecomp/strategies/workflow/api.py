@@ -31,6 +31,7 @@ from taskdecomp.strategies.base import (
     build_context,
     execute,
 )
+from taskdecomp.strategies.workflow import gitops
 from taskdecomp.strategies.workflow.definition import BUILT_IN, Workflow, load_workflow
 from taskdecomp.strategies.workflow.files import workspace_tools
 from taskdecomp.strategies.workflow.options import WorkflowOptions
@@ -112,6 +113,8 @@ async def run_workflow(
         design_path=DESIGN_PATH if "design_draft" in loaded.phases else input_path,
         input_path=input_path,
     )
+    if gitops.is_repository(ws.root):
+        session.base_commit = gitops.head(ws.root)
     user = as_toolset(tools) if tools is not None else None
     toolset = _toolset(session, user)
     goal = f"workflow {loaded.name} in {ws.root}" + (f" from {Path(input).name}" if input else "")

@@ -38,9 +38,36 @@ def commit_task(root: Path, task_id: str, title: str, paths: Sequence[str]) -> s
     if not staged.strip():
         return None
     identity = () if _has_identity(root) else _IDENTITY
-    message = f"{task_id}: {title}"
+    message = task_message(task_id, title)
     _git(root, *identity, "commit", "--quiet", "--no-verify", "-m", message, "--", *paths)
     return _git(root, "rev-parse", "HEAD")
+
+
+def task_message(task_id: str, title: str) -> str:
+    """The commit message of a passed task."""
+    return f"{task_id}: {title}"
+
+
+def head(root: Path) -> str | None:
+    """The current commit, or ``None`` before the first one."""
+    try:
+        return _git(root, "rev-parse", "--verify", "--quiet", "HEAD") or None
+    except ConfigError:
+        return None
+
+
+def find_commit(root: Path, message: str, *, since: str | None) -> str | None:
+    """The newest commit after ``since`` (all, when ``None``) whose message is ``message``."""
+    span = f"{since}..HEAD" if since else "HEAD"
+    try:
+        listed = _git(root, "log", "--format=%H%x00%s", span)
+    except ConfigError:
+        return None  # no commit yet
+    for row in listed.splitlines():
+        commit, _, subject = row.partition("\x00")
+        if subject == message:
+            return commit
+    return None
 
 
 def _has_identity(root: Path) -> bool:

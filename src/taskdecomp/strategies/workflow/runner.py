@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from importlib import resources
 from typing import Any
@@ -67,8 +67,10 @@ class Runner:
 
     def __init__(self, ctx: RunContext, outcome: Outcome, session: Session) -> None:
         self.ctx, self.outcome, self.session = ctx, outcome, session
-        self.previous: dict[str, Any] | None = None
-        """The last phase run's phase and result, for the next phase to read."""
+        self._windows: dict[str, set[str]] = {}
+        """For each phase run in flight, the tasks whose lanes ran during it."""
+        self._active: set[str] = set()
+        """The tasks whose lanes are running."""
         self._system = resources.files(_PACKAGE).joinpath(_AGENT_PROMPT).read_text("utf-8")
 
     # -- the phase machine ---------------------------------------------------------------
@@ -92,7 +94,10 @@ class Runner:
                 await self._task_loop()
                 decided_in = CHECK_PHASE if CHECK_PHASE in workflow.phases else TASK_PHASE
             else:
-                resumed = next(iter(s.inflight.values()), None)
+                resumed = next(
+                    (r for r in s.inflight.values() if r.phase == phase.name and r.task is None),
+                    None,
+                )
                 await self._phase(phase, resumed)
                 decided_in = phase.name
             following = workflow.next_phase(decided_in, s.state.guard_state())
@@ -108,7 +113,14 @@ class Runner:
     async def _phase(self, phase: Phase, resumed: PhaseRun | None) -> None:
         """Run a phase outside the task loop."""
         s = self.session
-        result, found = await self._run_phase(phase, None, resumed)
+
+        def conclude(result: Any, found: Changes) -> None:
+            if phase.name == COMPLETENESS_PHASE and s.tasks is not None:
+                missing = any(task.status != "passed" for task in s.tasks.tasks)
+                s.set_status(missingWork=missing, implementationComplete=not missing)
+            s.previous = {"name": phase.name, "result": result}
+
+        _, found = await self._run_phase(phase, None, resumed, conclude=conclude)
         outside = out_of_scope(found, phase_scope(self.session, phase, None))
         if outside:
             raise StopRun(
@@ -116,10 +128,6 @@ class Runner:
                 message=f"phase {phase.name!r} changed files it may not write: "
                 + ", ".join(outside),
             )
-        if phase.name == COMPLETENESS_PHASE and s.tasks is not None:
-            missing = any(task.status != "passed" for task in s.tasks.tasks)
-            s.set_status(missingWork=missing, implementationComplete=not missing)
-        self.previous = {"name": phase.name, "result": result}
 
     # -- the task loop -------------------------------------------------------------------
 
@@ -130,14 +138,14 @@ class Runner:
                 with_detail("workflow_stuck", TASK_PHASE),
                 message="there is no task list: the decomposition never set one with put_tasks",
             )
-        running: dict[str, asyncio.Task[None]] = {}
-        resumed: dict[str | None, PhaseRun] = {
-            run.task: run for run in s.inflight.values() if run.task is not None
-        }
+        for task in s.tasks.tasks:  # passed before a crash could commit them
+            if task.status == "passed" and task.id not in s.commits:
+                self._commit(task)
+        running = self._resumed_lanes()
         try:
             while True:
-                for task in self._startable(running, resumed):
-                    lane = self._lane(task, resumed.pop(task.id, None))
+                for task in self._startable(running):
+                    lane = self._lane(task, None)
                     running[task.id] = asyncio.create_task(lane, name=f"task {task.id}")
                 if not running:
                     break
@@ -158,13 +166,24 @@ class Runner:
         s.set_status(taskPassed=True, taskFailed=False, hasMoreTasks=False, allTasksComplete=True)
         s.clear_status(frozenset({"currentTaskId"}))
 
-    def _startable(
-        self, running: Mapping[str, asyncio.Task[None]], resumed: Mapping[str | None, PhaseRun]
-    ) -> list[WorkTask]:
+    def _resumed_lanes(self) -> dict[str, asyncio.Task[None]]:
+        """Lanes for the task phase runs a crash cut off, whatever their task's status.
+
+        A check may have said passed before the crash; its lane finishes it.
+        """
+        s = self.session
+        lanes: dict[str, asyncio.Task[None]] = {}
+        for run in list(s.inflight.values()):
+            task = s.tasks.get(run.task) if run.task is not None and s.tasks else None
+            if task is not None:
+                lane = self._lane(task, run)
+                lanes[task.id] = asyncio.create_task(lane, name=f"task {task.id}")
+        return lanes
+
+    def _startable(self, running: Mapping[str, asyncio.Task[None]]) -> list[WorkTask]:
         s = self.session
         assert s.tasks is not None
         ready = [task for task in s.tasks.ready() if task.id not in running]
-        ready.sort(key=lambda task: task.id not in resumed)  # resumed lanes first
         limit = s.options.max_parallel - len(running)
         busy = [s.tasks.get(task_id) for task_id in running]
         chosen: list[WorkTask] = []
@@ -177,7 +196,20 @@ class Runner:
         return chosen
 
     async def _lane(self, task: WorkTask, resumed: PhaseRun | None) -> None:
-        """Implement ``task`` and check it until it passes (or fails too often)."""
+        self._active.add(task.id)
+        for window in self._windows.values():
+            window.add(task.id)
+        try:
+            await self._lane_work(task, resumed)
+        finally:
+            self._active.discard(task.id)
+
+    async def _lane_work(self, task: WorkTask, resumed: PhaseRun | None) -> None:
+        """Implement ``task`` and check it until it passes (or fails too often).
+
+        A phase run's outcome (the changes it made, the check's verdict) is stored with
+        the phase run itself, in one checkpoint.
+        """
         s, workflow = self.session, self.session.workflow
         implement, check = workflow.phases[TASK_PHASE], workflow.phases.get(CHECK_PHASE)
         while True:
@@ -185,20 +217,27 @@ class Runner:
             if s.options.max_parallel == 1:
                 s.set_status(currentTaskId=task.id)
             current = s.tasks.get(task.id) if s.tasks else None
-            if current is not None and current.status != "in_progress":
+            if resumed is None and current is not None and current.status != "in_progress":
                 s.state = rules.update_task(s.state, task.id, "in_progress")
             if resumed is None or resumed.phase == TASK_PHASE:
-                _, found = await self._run_phase(implement, task, resumed, attempt)
-                self._note(task, found)
+                await self._run_phase(
+                    implement, task, resumed, attempt, conclude=lambda _, f: self._note(task, f)
+                )
                 resumed = None
-            if check is None:
-                self._passed(task)
-                return
-            result, found = await self._run_phase(check, task, resumed, attempt)
-            resumed = None
-            self._note(task, found)
-            if self._verdict(task, result):
-                self._passed(task)
+            verdict: list[bool] = []
+            if check is not None:
+
+                def judge(result: Any, found: Changes, verdict: list[bool] = verdict) -> None:
+                    self._note(task, found)
+                    verdict.append(self._verdict(task, result))
+
+                await self._run_phase(check, task, resumed, attempt, conclude=judge)
+                resumed = None
+            else:
+                s.state = rules.update_task(s.state, task.id, "passed")
+            if check is None or verdict[0]:
+                self._commit(task)
+                self._save()
                 return
             if s.state.attempts.get(task.id, 0) > s.options.max_task_retries:
                 raise StopRun(
@@ -206,7 +245,6 @@ class Runner:
                     message=f"task {task.id!r} failed its spec check "
                     f"{s.state.attempts[task.id]} times: {s.state.feedback.get(task.id, '')}",
                 )
-            self._save()
 
     def _note(self, task: WorkTask, found: Changes) -> None:
         s = self.session
@@ -223,9 +261,11 @@ class Runner:
         current = s.tasks.get(task.id) if s.tasks else None
         status = current.status if current is not None else "failed"
         outside = s.violations.pop(task.id, [])
-        if status == "passed" and not outside:
-            return True
-        if status == "in_progress" and not outside and s.state.status.get("taskPassed") is True:
+        passed = status == "passed" or (
+            status == "in_progress" and s.state.status.get("taskPassed") is True
+        )
+        if passed and not outside:
+            s.state = rules.update_task(s.state, task.id, "passed")
             return True
         if status == "failed" and not outside:
             return False  # update_task counted the attempt and kept the feedback
@@ -243,23 +283,39 @@ class Runner:
             s.state = rules.update_task(s.state, task.id, "failed", feedback)
         return False
 
-    def _passed(self, task: WorkTask) -> None:
+    def _commit(self, task: WorkTask) -> None:
+        """Commit a passed task's own files, once, when the workspace is a repository."""
         s = self.session
-        s.state = rules.update_task(s.state, task.id, "passed")
-        if s.options.commit and gitops.is_repository(s.workspace.root):
-            scope = phase_scope(self.session, s.workflow.phases[TASK_PHASE], task)
+        if not s.options.commit or task.id in s.commits:
+            return
+        root = s.workspace.root
+        if not gitops.is_repository(root):
+            return
+        message = gitops.task_message(task.id, task.title)
+        commit = gitops.find_commit(root, message, since=s.base_commit)  # made before a crash
+        if commit is None:
+            scope = phase_scope(s, s.workflow.phases[TASK_PHASE], task)
             paths = [p for p in s.changed.get(task.id, []) if not out_of_scope(_one(p), scope)]
-            commit = gitops.commit_task(s.workspace.root, task.id, task.title, paths)
-            if commit is not None:
-                s.commits[task.id] = commit
-        self._save()
+            commit = gitops.commit_task(root, task.id, task.title, paths)
+        if commit is not None:
+            s.commits[task.id] = commit
 
     # -- one phase run -------------------------------------------------------------------
 
     async def _run_phase(
-        self, phase: Phase, task: WorkTask | None, resumed: PhaseRun | None, attempt: int = 1
+        self,
+        phase: Phase,
+        task: WorkTask | None,
+        resumed: PhaseRun | None,
+        attempt: int = 1,
+        *,
+        conclude: Callable[[Any, Changes], None] | None = None,
     ) -> tuple[Any, Changes]:
-        """Run ``phase`` (for ``task``) with a fresh agent; return its result and changes."""
+        """Run ``phase`` (for ``task``) with a fresh agent; return its result and changes.
+
+        ``conclude`` records what the run's outcome means for the state; it is stored in
+        the same checkpoint as the finished phase run.
+        """
         s, ctx = self.session, self.ctx
         if resumed is not None and resumed.phase == phase.name:
             run, before = resumed, s.load_before(resumed)
@@ -276,6 +332,7 @@ class Runner:
             self._refresh_plan()
             self._save()
         step = _step(run, phase, task)
+        self._windows[run.step_id] = set(self._active)
         ctx.events.emit(StepStarted(run_id=ctx.run_id, step_no=run.no, step=step))
         started = ctx.clock()
         token = CURRENT.set(run)
@@ -292,7 +349,7 @@ class Runner:
             result = await agent(run.no, step)
         finally:
             CURRENT.reset(token)
-        found = changes(before, snapshot(s.workspace.root))
+        found = self._own(changes(before, snapshot(s.workspace.root)), run, task)
         scope = phase_scope(self.session, phase, task)
         observation = {
             "phase": phase.name,
@@ -311,13 +368,37 @@ class Runner:
             seconds=round(ctx.clock() - started, 6),
         )
         history = HistoryEntry(step_no=run.no, plan_step=step, observation=observation)
+        if conclude is not None:
+            conclude(result, found)
         ctx.history.append(history)
         ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry, observation=observation))
         s.end_run(run)
-        if ctx.journal is not None:
-            ctx.journal.step_done(history)
-        self._save()
+        self._refresh_plan()
+        state = s.snapshot()
+        if ctx.journal is not None and self.outcome.plan is not None:
+            approvals = ctx.approvals.to_dict()
+            ctx.journal.step_done(history, state=(self.outcome.plan, state, approvals))
         return result, found
+
+    def _own(self, found: Changes, run: PhaseRun, task: WorkTask | None) -> Changes:
+        """``found`` without what other tasks' lanes, running meanwhile, may have written."""
+        window = self._windows.pop(run.step_id, set())
+        s = self.session
+        others = [
+            other
+            for other in (s.tasks.tasks if s.tasks else ())
+            if other.id in window and (task is None or other.id != task.id)
+        ]
+        if not others:
+            return found
+        theirs = WriteScope(files_allowed=tuple(g for t in others for g in t.files_allowed))
+
+        def mine(paths: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(p for p in paths if out_of_scope(_one(p), theirs))
+
+        return Changes(
+            added=mine(found.added), modified=mine(found.modified), deleted=mine(found.deleted)
+        )
 
     def _request(self, run: PhaseRun, phase: Phase, task: WorkTask | None) -> dict[str, Any]:
         """What the phase's agent sees (besides its step, tools and turns)."""
@@ -346,7 +427,7 @@ class Runner:
                 {"id": t.id, "title": t.title, "status": t.status, "dependsOn": list(t.depends_on)}
                 for t in s.tasks.tasks
             ]
-        payload["previous_phase"] = self.previous
+        payload["previous_phase"] = s.previous
         return payload
 
     def _design_for(self, task: WorkTask) -> str:

@@ -95,6 +95,10 @@ class Session:
         """Out-of-scope paths found for a task and not yet reported by its spec check."""
         self.commits: dict[str, str] = {}
         """The commit of each passed task, when the workspace is a repository."""
+        self.base_commit: str | None = None
+        """The workspace's commit when the run started (task commits come after it)."""
+        self.previous: dict[str, Any] | None = None
+        """The last phase run outside the task loop: its name and result, for the next."""
 
     # -- phase runs --------------------------------------------------------------------
 
@@ -178,6 +182,8 @@ class Session:
             "changed": self.changed,
             "violations": self.violations,
             "commits": self.commits,
+            "base_commit": self.base_commit,
+            "previous": self.previous,
         }
 
     def restore(self, data: Mapping[str, Any]) -> None:
@@ -210,6 +216,9 @@ class Session:
             self.changed = {str(k): list(v) for k, v in (data.get("changed") or {}).items()}
             self.violations = {str(k): list(v) for k, v in (data.get("violations") or {}).items()}
             self.commits = {str(k): str(v) for k, v in (data.get("commits") or {}).items()}
+            self.base_commit = data.get("base_commit")
+            previous = data.get("previous")
+            self.previous = dict(previous) if isinstance(previous, Mapping) else None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecordError(
                 f"the stored workflow state does not decode ({type(exc).__name__}: {exc}); "

@@ -16,6 +16,7 @@ from pathlib import Path
 from taskdecomp.strategies.workflow.workspace import (
     RUNNER_DIR,
     STATE_FILES,
+    TEMPORARY_SUFFIX,
     WriteScope,
     glob_match,
 )
@@ -46,8 +47,14 @@ def snapshot(root: Path) -> dict[str, str]:
         for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
             path = Path(dirpath) / name
             relative = path.relative_to(root).as_posix()
-            if relative not in STATE_FILES and not relative.startswith(RUNNER_DIR):
+            if relative in STATE_FILES or relative.startswith(RUNNER_DIR):
+                continue
+            if name.endswith(TEMPORARY_SUFFIX):
+                continue  # a write in progress, renamed onto its file in a moment
+            try:
                 found[relative] = _digest(path)
+            except FileNotFoundError:
+                continue  # removed while the snapshot was taken (another task's write)
     return found
 
 

@@ -30,6 +30,8 @@ MAX_PATH_CHARS = 1024
 MAX_NAME_CHARS = 255
 STATE_FILES = frozenset({".taskdecomp/tasks.json", ".taskdecomp/status.json"})
 """Written by the runner only."""
+TEMPORARY_SUFFIX = ".taskdecomp-tmp"
+"""A write goes to ``.NAME.taskdecomp-tmp`` first, then is renamed onto ``NAME``."""
 RUNNER_DIR = ".taskdecomp/run/"
 """The runner's own working files (a phase's starting snapshot); never written by agents."""
 
@@ -116,7 +118,7 @@ class Workspace:
         real.parent.mkdir(parents=True, exist_ok=True)
         if not self._inside(Path(os.path.realpath(real.parent))):  # a folder swapped meanwhile
             raise PathRefused(f"{path!r} leads outside the workspace")
-        temporary = real.with_name(f".{real.name}.taskdecomp-tmp")
+        temporary = real.with_name(f".{real.name}{TEMPORARY_SUFFIX}")
         temporary.write_text(text, encoding="utf-8")
         os.replace(temporary, real)
         return real
