@@ -64,6 +64,7 @@ from taskdecomp.strategies.approval import approve, reject
 from taskdecomp.strategies.decompose import PlanDecomposer
 from taskdecomp.strategies.plan_execute import resume, run, run_sync
 from taskdecomp.strategies.replan import ReplanOptions
+from taskdecomp.strategies.workflow import WorkflowOptions, run_workflow
 from taskdecomp.tools import Toolset, ToolSpec, load_toolset, tool
 from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTree, PlanTreeId
 
@@ -126,6 +127,7 @@ __all__ = [
     "TreeNotFoundError",
     "TreeRepository",
     "Usage",
+    "WorkflowOptions",
     "approve",
     "args_hash",
     "is_known",
@@ -138,6 +140,7 @@ __all__ = [
     "resume",
     "run",
     "run_sync",
+    "run_workflow",
     "tool",
     "validate_plan_action",
 ]

@@ -298,3 +298,44 @@ def _spans(seen: list[tuple[str, str, int]]) -> dict[str, list[int]]:
         step = name.split(" ")[0]
         spans.setdefault(task_of[step], []).append(index)
     return spans
+
+
+def test_a_file_may_be_read_again_after_it_changed_but_not_twice_unchanged(
+    tmp_path: Path,
+) -> None:
+    ws, design = make_workspace(tmp_path)
+    implement_t1 = '"phase": "implement_task".*"task": {"id": "T1".*'
+    read = call("read_file", path="calc/add.py")
+    scripted = model(
+        [
+            (f"{implement_t1}{first()}", call("write_file", path="calc/add.py", content="x\n")),
+            (f"{implement_t1}{first(29)}", read),  # changed since: fine
+            (
+                f"{implement_t1}{first(28)}",
+                call("write_file", path="calc/add.py", content=FILES["T1"][1]),
+            ),
+            (f"{implement_t1}{first(27)}", read),  # changed again: fine
+            (f"{implement_t1}{first(26)}", read),  # unchanged: a repeated call
+        ]
+    )
+    result = run(ws, design, scripted)
+    assert result.stop_reason == "loop_detected"
+    assert [e.observation["phase"] for e in result.history][-1] == "task_decomposition"
+
+
+def test_an_implementation_cannot_pass_its_own_task(tmp_path: Path) -> None:
+    ws, design = make_workspace(tmp_path)
+    implement_t1 = '"phase": "implement_task".*"task": {"id": "T1".*'
+    cheat = call("update_task", task_id="T1", status="passed")
+    scripted = model([(f"{implement_t1}{first(29)}", cheat)])
+    result = run(ws, design, scripted)
+    assert result.stop_reason == "success", result.message
+    answers = [
+        turn["result"]
+        for request in scripted.calls
+        if '"phase": "implement_task"' in request.text()
+        for turn in json.loads(request.messages[-1]["content"]).get("turns", [])
+        if turn["call"]["tool"] == "update_task"
+    ]
+    assert answers and answers[0]["ok"] is False
+    assert "set by the phase that checks it" in answers[0]["refused"]

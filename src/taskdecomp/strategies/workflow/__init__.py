@@ -1,5 +1,6 @@
 """Workflows: YAML phases, a task loop with spec checks, file permissions in code."""
 
+from taskdecomp.strategies.workflow.api import run_workflow, workflow_view
 from taskdecomp.strategies.workflow.definition import (
     BUILT_IN,
     Phase,
@@ -10,6 +11,7 @@ from taskdecomp.strategies.workflow.definition import (
     load_workflow,
 )
 from taskdecomp.strategies.workflow.guards import Guard
+from taskdecomp.strategies.workflow.options import WorkflowOptions
 from taskdecomp.strategies.workflow.tasklist import TaskList, TaskListError, WorkTask, parse_tasks
 from taskdecomp.strategies.workflow.workspace import PathRefused, Workspace, WriteScope
 
@@ -24,9 +26,12 @@ __all__ = [
     "Transition",
     "WorkTask",
     "Workflow",
+    "WorkflowOptions",
     "Workspace",
     "WriteScope",
     "check_workflow",
     "load_workflow",
     "parse_tasks",
+    "run_workflow",
+    "workflow_view",
 ]

@@ -247,7 +247,10 @@ def _phases(session: Session) -> Phases:
 
 
 def _toolset(session: Session, user: Toolset | None) -> Toolset:
-    own = list(workspace_tools(session.workspace, lambda: scope_now(session)).values())
+    files = workspace_tools(
+        session.workspace, lambda: scope_now(session), on_change=lambda: session.on_change()
+    )
+    own = list(files.values())
     own += list(state_tools(session).values())
     if user is None:
         return Toolset.from_functions(own, source=None)

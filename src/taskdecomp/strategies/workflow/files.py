@@ -32,8 +32,22 @@ MAX_FILE_BYTES = 2_000_000
 """Files larger than this are not read or searched."""
 
 
-def workspace_tools(ws: Workspace, scope: Callable[[], WriteScope]) -> Toolset:
-    """The six tools, bound to ``ws``; ``scope()`` says what may be written at each call."""
+def workspace_tools(
+    ws: Workspace,
+    scope: Callable[[], WriteScope],
+    *,
+    on_change: Callable[[], object] = lambda: None,
+) -> Toolset:
+    """The six tools, bound to ``ws``; ``scope()`` says what may be written at each call.
+
+    ``on_change()`` is called after a tool changed a file.
+    """
+
+    def changing(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        answer = _guarded(call)
+        if answer.get("ok") and not answer.get("already"):
+            on_change()
+        return answer
 
     @tool(side_effects="read_only")
     def list_files(folder: str = ".") -> dict[str, Any]:
@@ -55,17 +69,17 @@ def workspace_tools(ws: Workspace, scope: Callable[[], WriteScope]) -> Toolset:
     @tool(side_effects="idempotent")
     def write_file(path: str, content: str) -> dict[str, Any]:
         """Write a whole text file (created with its folders, or replaced)."""
-        return _guarded(lambda: _write(ws, path, content, scope()))
+        return changing(lambda: _write(ws, path, content, scope()))
 
     @tool(side_effects="idempotent")
     def replace_in_file(path: str, old: str, new: str) -> dict[str, Any]:
         """Replace the one occurrence of old text with new text in a file."""
-        return _guarded(lambda: _replace(ws, path, old, new, scope()))
+        return changing(lambda: _replace(ws, path, old, new, scope()))
 
     @tool(side_effects="idempotent")
     def delete_file(path: str) -> dict[str, Any]:
         """Delete a file."""
-        return _guarded(lambda: _delete(ws, path, scope()))
+        return changing(lambda: _delete(ws, path, scope()))
 
     tools: list[Callable[..., Any]] = [
         list_files,

@@ -43,6 +43,20 @@ def commit_task(root: Path, task_id: str, title: str, paths: Sequence[str]) -> s
     return _git(root, "rev-parse", "HEAD")
 
 
+def changed_paths(root: Path) -> list[str]:
+    """Paths that differ from the last commit, untracked files included (sorted)."""
+    listed = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=all")
+    paths: set[str] = set()
+    entries = iter(listed.split("\x00"))
+    for entry in entries:
+        if len(entry) < 4:
+            continue
+        paths.add(entry[3:])
+        if entry[0] in "RC":  # a rename names its source next
+            paths.add(next(entries, ""))
+    return sorted(path for path in paths if path)
+
+
 def task_message(task_id: str, title: str) -> str:
     """The commit message of a passed task."""
     return f"{task_id}: {title}"

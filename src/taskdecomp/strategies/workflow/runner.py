@@ -52,6 +52,7 @@ from taskdecomp.strategies.workflow.workspace import WriteScope
 TASK_PHASE = "implement_task"
 CHECK_PHASE = "task_spec_check"
 COMPLETENESS_PHASE = "completeness_verification"
+NOTES = ".taskdecomp/"
 ALWAYS_WRITABLE = (".taskdecomp/*",)
 """The workflow's own notes folder (its state files excepted)."""
 DESIGN_CHARS = 6_000
@@ -89,6 +90,7 @@ class Runner:
             if phase.type == "terminal":
                 self.outcome.answer = self._answer()
                 self._save()
+                s.sweep()
                 return
             if phase.name == TASK_PHASE:
                 await self._task_loop()
@@ -294,8 +296,14 @@ class Runner:
         message = gitops.task_message(task.id, task.title)
         commit = gitops.find_commit(root, message, since=s.base_commit)  # made before a crash
         if commit is None:
-            scope = phase_scope(s, s.workflow.phases[TASK_PHASE], task)
-            paths = [p for p in s.changed.get(task.id, []) if not out_of_scope(_one(p), scope)]
+            files = WriteScope(files_allowed=task.files_allowed)
+            paths = [
+                path
+                for path in sorted(
+                    set(s.changed.get(task.id, [])) | set(gitops.changed_paths(root))
+                )
+                if not path.startswith(NOTES) and not out_of_scope(_one(path), files)
+            ]  # the task's own files (as it changed them, or as git sees them after a crash)
             commit = gitops.commit_task(root, task.id, task.title, paths)
         if commit is not None:
             s.commits[task.id] = commit
@@ -337,6 +345,8 @@ class Runner:
         started = ctx.clock()
         token = CURRENT.set(run)
         ctx.gateway.forget_calls()  # a phase reads afresh what an earlier one read
+        loop = asyncio.get_running_loop()
+        s.on_change = lambda: loop.call_soon_threadsafe(ctx.gateway.forget_calls)
         try:
             agent = ExecutorAgent(
                 ctx,
@@ -491,7 +501,7 @@ class Runner:
 
 def phase_scope(s: Session, phase: Phase, task: WorkTask | None) -> WriteScope:
     """What a run of ``phase`` (for ``task``) may write."""
-    own = phase.allowed_writes + ALWAYS_WRITABLE
+    own = tuple(dict.fromkeys(phase.allowed_writes + ALWAYS_WRITABLE))
     if phase.type != "execute":
         return WriteScope(allowed_writes=own)
     if task is not None:

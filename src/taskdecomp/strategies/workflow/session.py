@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -97,6 +97,9 @@ class Session:
         """The commit of each passed task, when the workspace is a repository."""
         self.base_commit: str | None = None
         """The workspace's commit when the run started (task commits come after it)."""
+        self.on_change: Callable[[], object] = _nothing
+        """Called (from a tool's thread) after a workspace tool changed a file: a read of
+        the same file is then no repeated call."""
         self.previous: dict[str, Any] | None = None
         """The last phase run outside the task loop: its name and result, for the next."""
 
@@ -104,15 +107,29 @@ class Session:
 
     def start_run(self, phase: str, task: str | None = None, attempt: int = 1) -> PhaseRun:
         """Number a new phase run and note it as in flight."""
+        self.sweep()
         self.runs += 1
         run = PhaseRun(no=self.runs, phase=phase, task=task, attempt=attempt)
         self.inflight[run.step_id] = run
         return run
 
     def end_run(self, run: PhaseRun) -> None:
-        """``run`` is over."""
+        """``run`` is over.
+
+        Its snapshot file stays until the next phase run starts: a crash before this end is
+        stored resumes ``run`` from that file.
+        """
         self.inflight.pop(run.step_id, None)
-        self._snapshot_file(run).unlink(missing_ok=True)
+
+    def sweep(self) -> None:
+        """Remove the snapshot files of phase runs no longer in flight."""
+        folder = self.workspace.root / RUNNER_DIR
+        if not folder.is_dir():
+            return
+        keep = {f"{step_id}.json" for step_id in self.inflight}
+        for path in folder.iterdir():
+            if path.name not in keep and path.suffix == ".json" and path.is_file():
+                path.unlink(missing_ok=True)
 
     def save_before(self, run: PhaseRun, found: Snapshot) -> None:
         """Keep ``run``'s starting snapshot in the workspace's runner folder."""
@@ -246,6 +263,10 @@ class Session:
                 "attempts": dict(state.attempts),
             },
         )
+
+
+def _nothing() -> None:
+    return None
 
 
 def _tasks(raw: Any) -> TaskList | None:

@@ -73,6 +73,10 @@ def state_tools(session: Session) -> Toolset:
                 raise rules.StateRefused(
                     f"this phase works on task {run.task!r}; it cannot change {task_id!r}"
                 )
+            if run is not None and session.workflow.phases[run.phase].type == "execute":
+                raise rules.StateRefused(
+                    "a task's status is set by the phase that checks it, not by this one"
+                )
             session.state = rules.update_task(session.state, task_id, status, feedback)
             return {"ok": True, "task": task_id, "status": status}
 

@@ -1,0 +1,1 @@
+"""calc: small arithmetic helpers, one module each."""
