@@ -158,6 +158,19 @@ def take_over(store: Store, run_id: RunId, *, seconds: float) -> tuple[Lease, St
         raise
 
 
+def load_leased(store: Store, lease: Lease) -> StoredRun:
+    """Read a run whose ``lease`` was just taken; the lease is given up if that fails.
+
+    Raises:
+        StoreError: the store cannot be read.
+    """
+    try:
+        return store.load_run(lease.run_id)
+    except BaseException:
+        store.release_lease(lease)
+        raise
+
+
 @asynccontextmanager
 async def leased(journal: Journal | None) -> AsyncIterator[None]:
     """Renew ``journal``'s lease every third of its length while the body runs.

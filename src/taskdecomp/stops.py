@@ -184,6 +184,17 @@ CODES: tuple[StopCode, ...] = (
         "(the paths are in `message`).",
     ),
     StopCode(
+        family="poisoned",
+        detail=None,
+        meaning="Queue: the run's workers died running it more often than `max_recoveries`; "
+        "it was parked instead of taking more of them down.",
+    ),
+    StopCode(
+        family="unavailable",
+        detail="<name>",
+        meaning="Queue: the worker has no toolset or model registered under this name.",
+    ),
+    StopCode(
         family="lease_lost",
         detail=None,
         meaning="Another process took the run over after this one's lease expired; this "
@@ -209,6 +220,7 @@ MAX_ITERATIONS = StopReason("max_iterations")
 AWAITING_APPROVAL = StopReason("awaiting_approval")
 APPROVAL_REJECTED = StopReason("approval_rejected")
 LEASE_LOST = StopReason("lease_lost")
+POISONED = StopReason("poisoned")
 
 
 def with_detail(family: str, detail: str) -> StopReason:

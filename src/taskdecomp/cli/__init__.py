@@ -15,7 +15,7 @@ from typing import NoReturn
 
 import click
 
-from taskdecomp.cli import approvals, runs, serve, tools, trees, workflows
+from taskdecomp.cli import approvals, runs, scale, serve, tools, trees, workflows
 from taskdecomp.cli._app import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -28,7 +28,7 @@ from taskdecomp.errors import ConfigError
 from taskdecomp.models import local
 from taskdecomp.settings import load_settings
 
-__all__ = ["app", "approvals", "main", "runs", "serve", "tools", "trees", "workflows"]
+__all__ = ["app", "approvals", "main", "runs", "scale", "serve", "tools", "trees", "workflows"]
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -25,7 +25,7 @@ from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
 from taskdecomp.stops import LlmPhase, StopReason
 from taskdecomp.tools import SideEffects
 
-RunState = Literal["running", "ok", "stopped", "paused"]
+RunState = Literal["queued", "running", "ok", "stopped", "paused"]
 """``running`` until the run ends (or while it is crashed), then the result's status;
 ``paused`` while it waits for a human."""
 
@@ -179,7 +179,9 @@ class StoredRun:
     def resumable(self) -> bool:
         """Whether resume has work to do: the run crashed, or stopped on a deadline."""
         status, reason = self.summary.status, self.summary.stop_reason
-        return status == "running" or (status == "stopped" and reason in RESUMABLE_STOPS)
+        if status in ("running", "queued"):
+            return True
+        return status == "stopped" and reason in RESUMABLE_STOPS
 
     def finished_steps(self) -> frozenset[TaskId]:
         """Ids of the steps whose result is stored."""

@@ -156,6 +156,23 @@ plan_nodes = Table(
 )
 
 
+queued_runs = Table(
+    "queued_runs",
+    metadata,
+    Column("run_id", Text, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("queue", Text, nullable=False),
+    Column("idempotency_key", Text, unique=True),
+    Column("cancel_requested", Boolean, nullable=False, server_default="0"),
+    Column("recoveries", Integer, nullable=False, server_default="0"),
+    Column("first_started_at", Float),
+    Column("enqueued_at", Float, nullable=False),
+    Column("delivery", Text),
+)
+"""Runs submitted to a queue (version 5): which queue, the submitter's idempotency key, a
+cancel request, how often a worker died running it, when it first started, and the id of
+its latest delivery (the queue engine's workflow id)."""
+
+
 def _v1_initial(conn: Connection) -> None:
     # ``runs`` as version 1 made it: the live table has the columns later versions add
     Table("runs", MetaData(), *_run_columns(), Index("ix_runs_started_at", "started_at")).create(
@@ -181,6 +198,10 @@ def _v4_run_state(conn: Connection) -> None:
         conn.execute(text(f"ALTER TABLE runs ADD COLUMN {column} TEXT"))
 
 
+def _v5_queued_runs(conn: Connection) -> None:
+    queued_runs.create(conn)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Migration:
     """One schema change."""
@@ -195,6 +216,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(version=2, name="plan trees for the decomposer", apply=_v2_plan_trees),
     Migration(version=3, name="run leases: one owner per run", apply=_v3_run_leases),
     Migration(version=4, name="strategy state and approvals of a run", apply=_v4_run_state),
+    Migration(version=5, name="runs submitted to a queue", apply=_v5_queued_runs),
 )
 """Every migration, oldest first. Append only."""
 

@@ -45,6 +45,7 @@ from taskdecomp.errors import StoreError
 from taskdecomp.plan import Plan
 from taskdecomp.run import HistoryEntry, RunId, RunResult
 from taskdecomp.store import leases, reads, rows, schema
+from taskdecomp.store import queue as queues
 from taskdecomp.store.base import (
     DEFAULT_LEASE_SECONDS,
     AttemptStart,
@@ -573,6 +574,65 @@ class SqlStore:
             if lease is not None:
                 leases.held(conn, finished, lease)
             self._events(conn, run_id, events)
+
+    # -- queued runs (taskdecomp.scale) ---------------------------------------------------
+
+    def submit_run(
+        self, run: NewRun, *, queue: str, idempotency_key: str | None = None
+    ) -> tuple[RunId, bool]:
+        """Store ``run`` as ``queued`` in ``queue``; return its id and whether it is new.
+
+        A run submitted before with the same ``idempotency_key`` is returned instead.
+
+        Raises:
+            StoreError: the id is taken, or the store cannot be written.
+        """
+        with self.write() as conn:
+            if reads.run_exists(conn, run.run_id):
+                raise StoreError(f"a run with id {run.run_id!r} is already stored")
+            return queues.submit(
+                conn, run, queue=queue, idempotency_key=idempotency_key,
+                now=self.now(),
+            )  # fmt: skip
+
+    def admit_run(
+        self, run_id: RunId, *, owner: str, ttl: float, max_recoveries: int
+    ) -> queues.Admission:
+        """Take queued run ``run_id`` for ``owner`` and say what to do with it.
+
+        Raises:
+            RunLeasedError: a live worker holds the run.
+        """
+        with self.write() as conn:
+            return queues.admit(
+                conn, run_id, owner=owner, ttl=ttl, max_recoveries=max_recoveries,
+                now=self.now(),
+            )  # fmt: skip
+
+    def request_cancel(self, run_id: RunId) -> str | None:
+        """Ask a queued run to stop; its status then, ``None`` when there is no such run."""
+        with self.write() as conn:
+            return queues.request_cancel(conn, run_id)
+
+    def cancel_requested(self, run_id: RunId) -> bool:
+        """Whether a cancel of ``run_id`` was asked for."""
+        with self.read() as conn:
+            return queues.cancel_requested(conn, run_id)
+
+    def queue_of(self, run_id: RunId) -> str | None:
+        """The queue a run was submitted to, ``None`` when it was not."""
+        with self.read() as conn:
+            return queues.queue_of(conn, run_id)
+
+    def stale_runs(self, queue_name: str, *, grace: float = 10.0) -> list[queues.Stale]:
+        """Runs of a queue to deliver again: started and held by no worker, or never sent."""
+        with self.read() as conn:
+            return queues.stale(conn, queue_name, now=self.now(), grace=grace)
+
+    def note_delivery(self, run_id: RunId, delivery: str) -> None:
+        """Remember the queue engine's id of the run's latest delivery."""
+        with self.write() as conn:
+            queues.note_delivery(conn, run_id, delivery)
 
     def load_run(self, run_id: RunId) -> StoredRun:
         """Everything stored about a run.

@@ -32,7 +32,7 @@ from taskdecomp.prompts import render
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext, run_blocking
 from taskdecomp.scheduler import execute_plan
-from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Store, StoredRun
+from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Lease, Store, StoredRun
 from taskdecomp.strategies.base import (
     Outcome,
     Phases,
@@ -295,20 +295,27 @@ async def continue_run(
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     before: Callable[[RunContext], None] | None = None,
     durability: Durability = DEFAULT_DURABILITY,
+    lease: Lease | None = None,
+    phases: Phases | None = None,
 ) -> RunResult:
     """Take run ``run_id``'s lease and continue it in a new segment.
 
     For :func:`resume` and :func:`~taskdecomp.strategies.approval.approve`. ``prepare``
     checks the run as read under the lease (another process may have moved it on since it
     was first read); ``before`` runs once the context is restored, before the run goes on
-    (an approval records itself there).
+    (an approval records itself there). ``lease``, when the caller has taken the run's
+    lease already (a queue worker), is used instead of taking it; ``phases`` replace the
+    strategy's (a run a worker only ends).
 
     Raises:
         RunLeasedError: another process owns the run.
         ConfigError: ``prepare`` refused the run, or a toolset or model cannot load.
     """
     durable.durability(durability)
-    lease, stored = durable.take_over(store, RunId(run_id), seconds=lease_seconds)
+    if lease is None:
+        lease, stored = durable.take_over(store, RunId(run_id), seconds=lease_seconds)
+    else:
+        stored = durable.load_leased(store, lease)
     try:
         prepared = prepare(stored)
         if isinstance(prepared, RunResult):
@@ -317,8 +324,13 @@ async def continue_run(
         stored = prepared
         config = durable.stored_config(stored)
         budget = budget or config.budget
-        phases: Phases | None = None
-        if config.strategy == "workflow":
+        if phases is not None:
+            toolset = as_toolset(
+                tools
+                if tools is not None
+                else durable.require(stored.tools, "tools", stored.run_id)
+            )
+        elif config.strategy == "workflow":
             from taskdecomp.strategies.workflow.api import rebuild  # it builds on this module
 
             toolset, phases = rebuild(stored, config, tools)

@@ -1,0 +1,189 @@
+"""``worker``, ``submit`` and ``cancel``: runs queued and executed by worker processes."""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+from typing import Any
+
+import click
+
+from taskdecomp import durable
+from taskdecomp.cli._app import (
+    DB_OPTION,
+    DEBUG_OPTION,
+    DURABILITY_OPTION,
+    app,
+    echo_json,
+    names,
+    open_run_store,
+)
+from taskdecomp.cli.display import console, literal
+from taskdecomp.durable import Durability
+from taskdecomp.settings import load_settings
+
+QUEUE_OPTION = click.option(
+    "--queue", default="default", show_default=True, help="The queue to use."
+)
+
+
+@app.command("worker")
+@DB_OPTION
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Runs executed at once by each worker of the queue.",
+)
+@QUEUE_OPTION
+@click.option(
+    "--tools",
+    "tools",
+    multiple=True,
+    metavar="NAME=PATH",
+    help="A toolset runs may name (repeat the option for more).",
+)
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    metavar="NAME=SPEC",
+    help="A model runs may name, e.g. fast=openai:gpt-4o-mini (repeat for more).",
+)
+@click.option(
+    "--max-recoveries",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Worker deaths a run survives before it is parked as poisoned.",
+)
+@click.option("--executor-id", help="This worker's name in the queue (default: host-pid).")
+@DURABILITY_OPTION
+@DEBUG_OPTION
+def worker_command(
+    db: str | None,
+    concurrency: int,
+    queue: str,
+    tools: tuple[str, ...],
+    models: tuple[str, ...],
+    max_recoveries: int,
+    executor_id: str | None,
+    durability: Durability | None,
+) -> int:
+    """Take runs off a queue and execute them, until Ctrl-C or SIGTERM.
+
+    Start as many workers as needed, on several machines, all with the same --db (a
+    PostgreSQL URL) and the same --tools / --model names. A worker also delivers again the
+    runs of a worker that died, once their lease (TASKDECOMP_LEASE_SECONDS) has run out.
+    """
+    from taskdecomp.scale.registry import Registry
+    from taskdecomp.scale.runs import Execution
+    from taskdecomp.scale.worker import Worker
+
+    settings = load_settings()
+    registry = Registry.parse(tools, models)
+    registry.load()
+    url = settings.store_url(db)
+    with open_run_store(settings, db) as store:
+        how = Execution(
+            store=store,
+            registry=registry,
+            max_recoveries=max_recoveries,
+            lease_seconds=durable.lease_seconds(settings.lease_seconds),
+            durability=durability or settings.durability,
+        )
+        worker = Worker(url, how, queue=queue, concurrency=concurrency, executor_id=executor_id)
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            worker.stop()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        console(stderr=True).print(
+            literal(f"worker on queue {queue!r} ({concurrency} at once); Ctrl-C stops it", "dim")
+        )
+        worker.serve()
+    return 0
+
+
+@app.command("submit")
+@click.argument("goal")
+@click.option("--tools", required=True, help="The name of a toolset the workers registered.")
+@click.option("--model", required=True, help="A model name the workers registered.")
+@QUEUE_OPTION
+@click.option("--idempotency-key", help="Submitting the same key again gives the same run.")
+@click.option("--allow", help="Comma-separated tools the plan may use (default: all).")
+@click.option("--max-plan-steps", type=click.IntRange(min=1), help="Most steps in a plan. [6]")
+@click.option("--max-execute-steps", type=click.IntRange(min=1), help="Most steps run. [8]")
+@click.option("--max-tool-calls", type=click.IntRange(min=1), help="Most tool calls. [8]")
+@click.option(
+    "--max-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Deadline from the run's first start, across worker deaths. [60]",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print {run_id, new} as JSON.")
+@DB_OPTION
+@DEBUG_OPTION
+def submit_command(
+    goal: str,
+    tools: str,
+    model: str,
+    queue: str,
+    idempotency_key: str | None,
+    allow: str | None,
+    as_json: bool,
+    db: str | None,
+    **budget_flags: Any,
+) -> int:
+    """Queue a run of GOAL and print its id at once; a worker executes it.
+
+    `runs`, `show`, `resume` and `cancel` work on queued runs as on any other.
+    """
+    from taskdecomp.scale.submit import submit
+
+    settings = load_settings()
+    budget = settings.budget(**budget_flags)
+    url = settings.store_url(db)
+    with open_run_store(settings, db) as store:
+        run_id, new = submit(
+            goal,
+            store=store,
+            db=url,
+            tools=tools,
+            model=model,
+            queue=queue,
+            idempotency_key=idempotency_key,
+            allow=names(allow),
+            budget=budget,
+        )
+    if as_json:
+        echo_json({"run_id": run_id, "new": new})
+    else:
+        click.echo(run_id)
+        if not new:
+            console(stderr=True).print(
+                literal("submitted before with this idempotency key: the same run", "dim")
+            )
+    return 0
+
+
+@app.command("cancel")
+@click.argument("run_id")
+@DB_OPTION
+def cancel_command(run_id: str, db: str | None) -> int:
+    """Cancel a queued run before it starts, or a running one within a second."""
+    from taskdecomp.scale.submit import cancel
+
+    with open_run_store(load_settings(), db) as store:
+        done = cancel(run_id, store=store)
+    said = {
+        "cancelled": f"run {run_id} cancelled before it started",
+        "requested": f"run {run_id} is asked to stop; it stops within a second",
+        "ended": f"run {run_id} had ended; nothing to cancel",
+    }[done]
+    console(stderr=True).print(literal(said), soft_wrap=True)
+    return 0
+
+
+__all__ = ["cancel_command", "submit_command", "worker_command"]

@@ -1,0 +1,176 @@
+"""Running a queued run in a worker, and ending one that must not run.
+
+:func:`execute` is what a delivery does: take the run's lease and count a recovery in one
+transaction (:meth:`~taskdecomp.store.sql.SqlStore.admit_run`), then continue the run like
+a resume does, with the toolset and model the registry has under the names it gives, its
+deadline counted from its first start, and a watcher that cancels it within a second of a
+cancel request. A run that is taken already (a duplicate delivery), or has ended, is left
+alone. Runs that must not run (cancelled before they started, poisoned, naming something
+the worker lacks, past their deadline) are ended with their stop reason, like any run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+
+from taskdecomp import durable, stops
+from taskdecomp.durable import Durability
+from taskdecomp.errors import RunLeasedError, RunNotFoundError, StoreError
+from taskdecomp.models import ScriptedModel
+from taskdecomp.run import RunId
+from taskdecomp.runtime import RunContext
+from taskdecomp.scale.registry import Registry, Unavailable
+from taskdecomp.stops import StopReason, StopRun
+from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Lease, StoredRun
+from taskdecomp.store.sql import SqlStore
+from taskdecomp.strategies.base import Outcome, Phases
+from taskdecomp.strategies.plan_execute import continue_run
+from taskdecomp.tools import Toolset
+
+logger = logging.getLogger(__name__)
+
+CANCEL_POLL_SECONDS = 0.5
+"""How often a running run looks for a cancel request."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Execution:
+    """How a worker executes runs."""
+
+    store: SqlStore
+    registry: Registry
+    max_recoveries: int = 3
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    durability: Durability = durable.DEFAULT_DURABILITY
+
+
+async def execute(run_id: RunId, how: Execution) -> str:
+    """Execute delivered run ``run_id``; return what became of it (for the engine's log).
+
+    Never raises for the run's own failures: they are its stop reason. A store that cannot
+    be reached leaves the run to be delivered again (its lease is given up or runs out).
+    """
+    store = how.store
+    try:
+        admission = store.admit_run(
+            run_id,
+            owner=durable.new_owner_id(),
+            ttl=durable.lease_seconds(how.lease_seconds),
+            max_recoveries=how.max_recoveries,
+        )
+    except RunLeasedError:
+        return "taken"  # another delivery of the same run is running it
+    except RunNotFoundError:
+        return "missing"
+    except StoreError as exc:
+        logger.warning("could not take run %s: %s", run_id, exc)
+        return "store_error"
+    lease = admission.lease
+    if admission.start == "ended" or lease is None:
+        return "ended"
+    if admission.start == "cancelled":
+        return await end(store, lease, stops.CANCELLED, "cancelled before it started")
+    if admission.start == "poisoned":
+        message = (
+            f"its workers died running it {admission.recoveries - 1} times; parked after "
+            f"{how.max_recoveries} recoveries"
+        )
+        return await end(store, lease, stops.POISONED, message)
+    try:
+        return await _run(run_id, lease, admission.first_started_at, how)
+    except StoreError as exc:
+        logger.warning("run %s gave up on the store: %s", run_id, exc)
+        return "store_error"
+
+
+async def _run(run_id: RunId, lease: Lease, first_started_at: float | None, how: Execution) -> str:
+    store = how.store
+    stored = durable.load_leased(store, lease)
+    try:
+        config = durable.stored_config(stored)
+        toolset = how.registry.toolset(stored.tools)
+        model = how.registry.model(stored.model)
+    except Unavailable as exc:
+        reason = stops.with_detail("unavailable", exc.name)
+        return await end(store, lease, reason, str(exc), stored=stored)
+    except BaseException:
+        store.release_lease(lease)
+        raise
+    budget = config.budget
+    spent = store.now() - (first_started_at or store.now())
+    left = budget.max_seconds - spent
+    if left <= 0:
+        message = f"the run passed its {budget.max_seconds}s deadline across its workers"
+        return await end(store, lease, stops.MAX_SECONDS, message, stored=stored)
+    allow = list(toolset) if (stored.config.get("queue") or {}).get("allow_all") else None
+    work = asyncio.create_task(
+        continue_run(
+            run_id,
+            store=store,
+            prepare=_as_is,
+            tools=toolset,
+            model=model,
+            allow=allow,
+            budget=dataclasses.replace(budget, max_seconds=left),
+            lease=lease,
+            lease_seconds=how.lease_seconds,
+            durability=how.durability,
+        )
+    )
+    watcher = asyncio.create_task(_watch_cancel(store, run_id, work))
+    try:
+        result = await work
+    except asyncio.CancelledError:
+        if watcher.done() and not watcher.cancelled():
+            return "cancelled"  # the run is stored as cancelled
+        raise
+    finally:
+        watcher.cancel()
+    return result.stop_reason
+
+
+async def _watch_cancel(store: SqlStore, run_id: RunId, work: asyncio.Task[object]) -> None:
+    while not work.done():
+        await asyncio.sleep(CANCEL_POLL_SECONDS)
+        try:
+            asked = await asyncio.to_thread(store.cancel_requested, run_id)
+        except StoreError:
+            continue  # the store is away; the run finds out by itself
+        if asked:
+            work.cancel()
+            return
+
+
+async def end(
+    store: SqlStore,
+    lease: Lease,
+    reason: StopReason,
+    message: str,
+    *,
+    stored: StoredRun | None = None,
+) -> str:
+    """End the run ``lease`` holds with ``reason`` without running anything of it."""
+    del stored  # continue_run reads the run again, under the same lease
+
+    def phases() -> Phases:
+        async def stop(ctx: RunContext, outcome: Outcome) -> None:
+            raise StopRun(reason, message=message)
+
+        return stop
+
+    result = await continue_run(
+        lease.run_id,
+        store=store,
+        prepare=_as_is,
+        tools=Toolset.from_functions([]),
+        model=ScriptedModel(responses=[], name="none"),
+        lease=lease,
+        phases=phases(),
+    )
+    return result.stop_reason
+
+
+def _as_is(stored: StoredRun) -> StoredRun:
+    return stored

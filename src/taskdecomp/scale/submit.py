@@ -1,0 +1,112 @@
+"""Submitting runs to a queue, and cancelling them, from any process.
+
+A submitted run is stored first (``queued``), then handed to DBOS under its run id; a
+submitter that dies between the two leaves a run the workers' sweep delivers. The same
+idempotency key submitted twice gives one run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from taskdecomp import durable
+from taskdecomp.budget import Budget
+from taskdecomp.errors import ConfigError, RunLeasedError, RunNotFoundError
+from taskdecomp.run import RunId, new_run_id
+from taskdecomp.scale import engine
+from taskdecomp.scale.runs import end
+from taskdecomp.stops import CANCELLED
+from taskdecomp.store.sql import SqlStore
+from taskdecomp.strategies.replan import ReplanOptions
+
+Cancelled = Literal["cancelled", "requested", "ended"]
+"""What a cancel did: ended a run that had not started, asked a running one to stop (it
+does within a second), or nothing (the run had ended)."""
+
+
+def submit(
+    goal: str,
+    *,
+    store: SqlStore,
+    db: str,
+    tools: str,
+    model: str,
+    queue: str = engine.DEFAULT_QUEUE,
+    idempotency_key: str | None = None,
+    allow: Iterable[str] | None = None,
+    budget: Budget | None = None,
+    strategy: str = "plan_execute",
+    replan: ReplanOptions | None = None,
+) -> tuple[RunId, bool]:
+    """Queue a run of ``goal``; return its id at once, and whether it is a new run.
+
+    Args:
+        goal: what to achieve, in words.
+        store: the run store (on ``db``).
+        db: its PostgreSQL URL (DBOS's queue tables live there too).
+        tools: the name of a toolset the workers have registered.
+        model: a model name the workers have registered, or a provider string.
+        queue: the queue.
+        idempotency_key: submitting it again returns the first run.
+        allow: the tools the plan may use (default: all of the toolset's).
+        budget: limits (``max_seconds`` holds across worker deaths).
+        strategy: ``plan_execute`` or ``replan``.
+        replan: the replan strategy's options.
+
+    Raises:
+        ConfigError: an empty goal, a path where a toolset name belongs, a database that
+            is not PostgreSQL.
+        StoreError: the store cannot be written.
+    """
+    if not goal.strip():
+        raise ConfigError("the goal is empty; say in words what the run should achieve")
+    if "/" in tools or tools.endswith(".py"):
+        raise ConfigError(
+            f"--tools takes the name of a toolset the workers registered, not a path: {tools!r}"
+        )
+    system = engine.system_url(db)
+    budget = budget or Budget()
+    new = durable.new_run(
+        new_run_id(),
+        goal,
+        tools=None,
+        model=model,
+        combiner_model=None,
+        allow=allow or (),
+        budget=budget,
+        strategy=strategy,
+        replan=replan.to_dict() if replan is not None else None,
+    )
+    config: dict[str, Any] = {**new.config, "queue": {"allow_all": allow is None}}
+    new = type(new)(run_id=new.run_id, goal=goal, model=model, tools=tools, config=config)
+    run_id, fresh = store.submit_run(new, queue=queue, idempotency_key=idempotency_key)
+    client = engine.client(system)
+    try:
+        engine.enqueue(client, run_id, queue=queue, delivery=run_id)
+    finally:
+        client.destroy()
+    store.note_delivery(run_id, run_id)
+    return run_id, fresh
+
+
+def cancel(run_id: str, *, store: SqlStore) -> Cancelled:
+    """Cancel a queued or running run, on whatever worker it is.
+
+    Raises:
+        RunNotFoundError: no run has this id.
+    """
+    status = store.request_cancel(RunId(run_id))
+    if status is None:
+        raise RunNotFoundError(f"no run {run_id!r} in the store; `taskdecomp runs` lists them")
+    if status == "queued":
+        try:
+            lease = store.acquire_lease(
+                RunId(run_id), owner=durable.new_owner_id(), ttl=durable.lease_seconds(30)
+            )
+        except RunLeasedError:
+            return "requested"  # a worker took it this moment: it sees the request
+        asyncio.run(end(store, lease, CANCELLED, "cancelled before it started"))
+        return "cancelled"
+    return "requested" if status == "running" else "ended"
