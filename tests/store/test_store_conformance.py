@@ -298,7 +298,7 @@ def test_reopen_marks_the_run_running_for_a_new_segment(store: SqlStore) -> None
         (schema.runs, "config", "{not json", r"run 'r1': runs\.config does not decode"),
         (schema.runs, "usage", '{"llm_calls": "many"}', r"run 'r1': runs\.usage does not decode"),
         (schema.runs, "goal", 'a"b', r"runs\.goal does not decode"),
-        (schema.runs, "status", "sleeping", r"runs\.status is 'sleeping', not one of queued, running"),
+        (schema.runs, "status", "sleeping", r"runs\.status is 'sleeping', not one of queued"),
         (schema.plans, "plan", '[{"id": "s1"}]', r"run 'r1': plans\.plan does not decode"),
         (schema.steps, "observation", "[1,", r"run 'r1': step 's1' does not decode"),
         (schema.attempts, "state", "maybe", r"attempt \d+ state is 'maybe'"),
