@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from pydantic import ValidationError
@@ -38,6 +39,11 @@ def args_hash(args: Mapping[str, Any]) -> str:
         args or {}, sort_keys=True, ensure_ascii=True, separators=(",", ":"), default=str
     )
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:12]
+
+
+LOOP_SCOPE: ContextVar[str] = ContextVar("taskdecomp_loop_scope", default="")
+"""Where loop detection compares calls: the whole run (``""``), or one part of it that
+sets its own scope (a workflow's phase run: agents running at once each have theirs)."""
 
 
 class ToolGateway:
@@ -74,12 +80,14 @@ class ToolGateway:
         """Count a call made before a resume, by its argument hash (as in the trace)."""
         self._seen_calls.add(f"{name}:{digest}")
 
-    def forget_calls(self, keep: Iterable[str] = ()) -> None:
-        """Start loop detection afresh (a workflow phase reads files anew), keeping ``keep``.
+    def forget_calls(self, scope: str) -> None:
+        """Start loop detection afresh in ``scope`` (a workflow phase run whose files changed).
 
-        ``keep`` holds ``name:digest`` signatures, as the trace records them.
+        Calls are compared within the :data:`LOOP_SCOPE` they were made in; other scopes'
+        calls are kept.
         """
-        self._seen_calls = set(keep)
+        prefix = f"{scope}|"
+        self._seen_calls = {seen for seen in self._seen_calls if not seen.startswith(prefix)}
 
     async def call(
         self,
@@ -131,6 +139,9 @@ class ToolGateway:
                 message=f"tool {name!r} is allowed but not registered; registered: {known}",
             )
         signature = f"{name}:{digest}"
+        scope = LOOP_SCOPE.get()
+        if scope:
+            signature = f"{scope}|{signature}"
         if signature in self._seen_calls:
             raise StopRun(stops.LOOP_DETECTED, message=f"repeated call {signature}")
         self._seen_calls.add(signature)

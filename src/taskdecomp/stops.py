@@ -178,6 +178,11 @@ CODES: tuple[StopCode, ...] = (
         meaning="Workflow: the task failed its spec check more often than `max_task_retries`.",
     ),
     StopCode(
+        family="commit_failed",
+        detail="<task>",
+        meaning="Workflow: git refused to commit the passed task's files; see `message`.",
+    ),
+    StopCode(
         family="out_of_scope_write",
         detail="<phase>",
         meaning="Workflow: a phase outside the task loop changed files it may not write "

@@ -11,6 +11,7 @@ from taskdecomp.strategies.workflow.state import (
     StateRefused,
     WorkflowState,
     add_tasks,
+    count_failure,
     put_tasks,
     set_status,
     update_task,
@@ -47,10 +48,11 @@ def test_the_task_list_is_put_once_and_checked() -> None:
     assert put_tasks(WorkflowState(phase="x"), tasks(count=3), min_tasks=3).tasks is not None
 
 
-def test_a_failed_check_counts_an_attempt_and_keeps_its_feedback() -> None:
+def test_a_failed_check_keeps_its_feedback_and_the_runner_counts_it_once() -> None:
     state = update_task(started(), "T1", "failed", "criterion 1 is not met: f() returns 2")
-    state = update_task(state, "T1", "failed", "still 2")
-    assert state.attempts == {"T1": 2} and state.feedback == {"T1": "still 2"}
+    state = update_task(state, "T1", "failed", "still 2")  # the agent said so twice
+    assert state.attempts == {} and state.feedback == {"T1": "still 2"}
+    assert count_failure(state, "T1").attempts == {"T1": 1}
     state = update_task(state, "T1", "passed")
     assert state.tasks is not None and state.tasks.get("T1").status == "passed"  # type: ignore[union-attr]
     with pytest.raises(StateRefused, match="no task 'T9'"):

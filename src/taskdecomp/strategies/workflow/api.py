@@ -21,6 +21,7 @@ from taskdecomp.events import Subscriber
 from taskdecomp.models import Model, resolve_model
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext
+from taskdecomp.stops import StopRun
 from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Store, StoredRun
 from taskdecomp.strategies.base import (
     Outcome,
@@ -41,11 +42,12 @@ from taskdecomp.strategies.workflow.session import (
     INPUT_PATH,
     STATE_DIR,
     Session,
+    own_folder,
 )
 from taskdecomp.strategies.workflow.state import WorkflowState
 from taskdecomp.strategies.workflow.statetools import state_tools
 from taskdecomp.strategies.workflow.tasklist import TaskList, TaskListError, parse_tasks
-from taskdecomp.strategies.workflow.workspace import PathRefused, Workspace
+from taskdecomp.strategies.workflow.workspace import PathRefused, Workspace, write_new
 from taskdecomp.tools import Toolset
 
 DEFAULT_BUDGET = Budget(max_tool_calls=2_000, max_seconds=4 * 3600)
@@ -307,6 +309,9 @@ def _copy_input(ws: Workspace, source: str | Path) -> str:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read the input document {str(source)!r}: {exc}") from None
     target = ws.root / INPUT_PATH
-    target.parent.mkdir(exist_ok=True)
-    target.write_text(text, encoding="utf-8")
+    try:
+        own_folder(ws.root, target.parent)
+    except StopRun as stop:
+        raise ConfigError(stop.message) from None
+    write_new(target, text)
     return INPUT_PATH

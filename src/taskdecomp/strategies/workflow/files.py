@@ -158,6 +158,11 @@ def _replace(ws: Workspace, path: str, old: str, new: str, scope: WriteScope) ->
     real = ws.check_write(path, scope)
     if not old:
         return {"ok": False, "error": "give the old text to replace"}
+    if old in new:  # a replay could not tell whether it ran: write the whole file instead
+        return {
+            "ok": False,
+            "error": "the new text contains the old text; write the whole file with write_file",
+        }
     content = _text(real, path)
     found = content.count(old)
     if found == 0 and new and new in content:

@@ -33,19 +33,20 @@ def commit_task(root: Path, task_id: str, title: str, paths: Sequence[str]) -> s
     """
     if not paths:
         return None
-    _git(root, "add", "--all", "--", *paths)
-    staged = _git(root, "diff", "--cached", "--name-only", "--", *paths)
+    literal = "--literal-pathspecs"  # a file named ':!x' is a file, not a pattern
+    _git(root, literal, "add", "--all", "--", *paths)
+    staged = _git(root, literal, "diff", "--cached", "--name-only", "--", *paths)
     if not staged.strip():
         return None
     identity = () if _has_identity(root) else _IDENTITY
     message = task_message(task_id, title)
-    _git(root, *identity, "commit", "--quiet", "--no-verify", "-m", message, "--", *paths)
+    _git(root, literal, *identity, "commit", "--quiet", "--no-verify", "-m", message, "--", *paths)
     return _git(root, "rev-parse", "HEAD")
 
 
 def changed_paths(root: Path) -> list[str]:
     """Paths that differ from the last commit, untracked files included (sorted)."""
-    listed = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=all")
+    listed = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=all", strip=False)
     paths: set[str] = set()
     entries = iter(listed.split("\x00"))
     for entry in entries:
@@ -91,7 +92,7 @@ def _has_identity(root: Path) -> bool:
         return False
 
 
-def _git(root: Path, *args: str) -> str:
+def _git(root: Path, *args: str, strip: bool = True) -> str:
     try:
         done = subprocess.run(
             ["git", *args], cwd=root, capture_output=True, text=True, timeout=60, check=False
@@ -100,5 +101,6 @@ def _git(root: Path, *args: str) -> str:
         raise ConfigError(f"cannot run git in {str(root)!r}: {exc}") from exc
     if done.returncode != 0:
         problem = " ".join((done.stderr or done.stdout).split()) or f"exit {done.returncode}"
-        raise ConfigError(f"git {args[0] if args else ''} failed in {str(root)!r}: {problem}")
-    return done.stdout.strip()
+        command = next((arg for arg in args if not arg.startswith("-") and "=" not in arg), "")
+        raise ConfigError(f"git {command} failed in {str(root)!r}: {problem}")
+    return done.stdout.strip() if strip else done.stdout

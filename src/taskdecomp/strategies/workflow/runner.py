@@ -33,7 +33,9 @@ from importlib import resources
 from typing import Any
 
 from taskdecomp import stops
+from taskdecomp.errors import ConfigError
 from taskdecomp.events import StepFinished, StepStarted
+from taskdecomp.gateway import LOOP_SCOPE
 from taskdecomp.plan import Plan, Step, TaskId
 from taskdecomp.run import HistoryEntry, TraceEntry
 from taskdecomp.runtime import RunContext
@@ -84,7 +86,7 @@ class Runner:
                 ``out_of_scope_write:<phase>``, or any engine stop.
         """
         s, workflow = self.session, self.session.workflow
-        self._refresh_plan()
+        self._save()  # the starting state (a given task list, the input) before anything
         while True:
             phase = workflow.phases[s.state.phase]
             if phase.type == "terminal":
@@ -92,44 +94,62 @@ class Runner:
                 self._save()
                 s.sweep()
                 return
-            if phase.name == TASK_PHASE:
-                await self._task_loop()
-                decided_in = CHECK_PHASE if CHECK_PHASE in workflow.phases else TASK_PHASE
-            else:
+            if phase.name != TASK_PHASE:
                 resumed = next(
                     (r for r in s.inflight.values() if r.phase == phase.name and r.task is None),
                     None,
                 )
-                await self._phase(phase, resumed)
-                decided_in = phase.name
-            following = workflow.next_phase(decided_in, s.state.guard_state())
-            if following is None:
-                raise StopRun(
-                    with_detail("workflow_stuck", decided_in),
-                    message=f"no transition of phase {decided_in!r} holds with status "
-                    f"{json.dumps(dict(s.state.status), sort_keys=True)}",
-                )
-            s.state = replace(s.state, phase=following)
+                await self._phase(phase, resumed)  # moves on in its last checkpoint
+                continue
+            await self._task_loop()
+            decided_in = CHECK_PHASE if CHECK_PHASE in workflow.phases else TASK_PHASE
+            s.state = replace(s.state, phase=self._following(decided_in))
             self._save()
 
-    async def _phase(self, phase: Phase, resumed: PhaseRun | None) -> None:
-        """Run a phase outside the task loop."""
+    def _following(self, phase: str) -> str:
+        """The phase ``phase``'s transitions lead to now.
+
+        Raises:
+            StopRun: ``workflow_stuck:<phase>``: none of them holds.
+        """
         s = self.session
+        following = s.workflow.next_phase(phase, s.state.guard_state())
+        if following is None:
+            raise StopRun(
+                with_detail("workflow_stuck", phase),
+                message=f"no transition of phase {phase!r} holds with status "
+                f"{json.dumps(dict(s.state.status), sort_keys=True)}",
+            )
+        return following
+
+    async def _phase(self, phase: Phase, resumed: PhaseRun | None) -> None:
+        """Run a phase outside the task loop; its end is stored with the next phase."""
+        s = self.session
+        outside: list[str] = []
+        stuck: list[StopRun] = []
 
         def conclude(result: Any, found: Changes) -> None:
             if phase.name == COMPLETENESS_PHASE and s.tasks is not None:
                 missing = any(task.status != "passed" for task in s.tasks.tasks)
                 s.set_status(missingWork=missing, implementationComplete=not missing)
             s.previous = {"name": phase.name, "result": result}
+            outside.extend(out_of_scope(found, phase_scope(s, phase, None)))
+            if outside:
+                return  # the run stops in this phase
+            try:
+                s.state = replace(s.state, phase=self._following(phase.name))
+            except StopRun as stop:
+                stuck.append(stop)
 
-        _, found = await self._run_phase(phase, None, resumed, conclude=conclude)
-        outside = out_of_scope(found, phase_scope(self.session, phase, None))
+        await self._run_phase(phase, None, resumed, conclude=conclude)
         if outside:
             raise StopRun(
                 with_detail("out_of_scope_write", phase.name),
                 message=f"phase {phase.name!r} changed files it may not write: "
                 + ", ".join(outside),
             )
+        if stuck:
+            raise stuck[0]
 
     # -- the task loop -------------------------------------------------------------------
 
@@ -140,8 +160,8 @@ class Runner:
                 with_detail("workflow_stuck", TASK_PHASE),
                 message="there is no task list: the decomposition never set one with put_tasks",
             )
-        for task in s.tasks.tasks:  # passed before a crash could commit them
-            if task.status == "passed" and task.id not in s.commits:
+        for task in s.tasks.tasks:  # passed in this run before a crash could commit them
+            if task.status == "passed" and task.id not in s.commits and task.id in s.changed:
                 self._commit(task)
         running = self._resumed_lanes()
         try:
@@ -215,16 +235,28 @@ class Runner:
         s, workflow = self.session, self.session.workflow
         implement, check = workflow.phases[TASK_PHASE], workflow.phases.get(CHECK_PHASE)
         while True:
-            attempt = s.state.attempts.get(task.id, 0) + 1
+            failed = s.state.attempts.get(task.id, 0)
+            if failed > s.options.max_task_retries:
+                raise StopRun(
+                    with_detail("task_failed", task.id),
+                    message=f"task {task.id!r} failed its spec check {failed} times: "
+                    f"{s.state.feedback.get(task.id, '')}",
+                )
+            attempt = failed + 1
             if s.options.max_parallel == 1:
                 s.set_status(currentTaskId=task.id)
-            current = s.tasks.get(task.id) if s.tasks else None
-            if resumed is None and current is not None and current.status != "in_progress":
-                s.state = rules.update_task(s.state, task.id, "in_progress")
-            if resumed is None or resumed.phase == TASK_PHASE:
-                await self._run_phase(
-                    implement, task, resumed, attempt, conclude=lambda _, f: self._note(task, f)
-                )
+            done = s.implemented.get(task.id) == attempt  # stored before a crash
+            if resumed is None and not done:
+                current = s.tasks.get(task.id) if s.tasks else None
+                if current is not None and current.status != "in_progress":
+                    s.state = rules.update_task(s.state, task.id, "in_progress")
+            if (resumed is None and not done) or (resumed and resumed.phase == TASK_PHASE):
+
+                def implemented(_: Any, found: Changes, attempt: int = attempt) -> None:
+                    self._note(task, found)
+                    s.implemented[task.id] = attempt
+
+                await self._run_phase(implement, task, resumed, attempt, conclude=implemented)
                 resumed = None
             verdict: list[bool] = []
             if check is not None:
@@ -232,21 +264,17 @@ class Runner:
                 def judge(result: Any, found: Changes, verdict: list[bool] = verdict) -> None:
                     self._note(task, found)
                     verdict.append(self._verdict(task, result))
+                    s.implemented.pop(task.id, None)
 
                 await self._run_phase(check, task, resumed, attempt, conclude=judge)
                 resumed = None
             else:
                 s.state = rules.update_task(s.state, task.id, "passed")
+                s.implemented.pop(task.id, None)
             if check is None or verdict[0]:
                 self._commit(task)
                 self._save()
                 return
-            if s.state.attempts.get(task.id, 0) > s.options.max_task_retries:
-                raise StopRun(
-                    with_detail("task_failed", task.id),
-                    message=f"task {task.id!r} failed its spec check "
-                    f"{s.state.attempts[task.id]} times: {s.state.feedback.get(task.id, '')}",
-                )
 
     def _note(self, task: WorkTask, found: Changes) -> None:
         s = self.session
@@ -258,19 +286,16 @@ class Runner:
             known.extend(path for path in outside if path not in known)
 
     def _verdict(self, task: WorkTask, result: Any) -> bool:
-        """Whether ``task`` passed its check; a failure is recorded with its feedback."""
+        """Whether ``task`` passed its check; a failure is counted, with its feedback."""
         s = self.session
         current = s.tasks.get(task.id) if s.tasks else None
         status = current.status if current is not None else "failed"
         outside = s.violations.pop(task.id, [])
-        passed = status == "passed" or (
-            status == "in_progress" and s.state.status.get("taskPassed") is True
-        )
+        said = s.state.status.get("taskPassed") is True and s.options.max_parallel == 1
+        passed = status == "passed" or (status == "in_progress" and said)
         if passed and not outside:
             s.state = rules.update_task(s.state, task.id, "passed")
             return True
-        if status == "failed" and not outside:
-            return False  # update_task counted the attempt and kept the feedback
         notes = []
         if status == "failed":
             notes.append(s.state.feedback.get(task.id, ""))
@@ -279,32 +304,38 @@ class Runner:
         if outside:
             notes.append("changed files outside filesAllowed: " + ", ".join(outside))
         feedback = "; ".join(note for note in notes if note)
-        if status == "failed":  # counted already: add the paths to its feedback
-            s.state = replace(s.state, feedback={**s.state.feedback, task.id: feedback})
-        else:
-            s.state = rules.update_task(s.state, task.id, "failed", feedback)
+        s.state = rules.update_task(s.state, task.id, "failed", feedback)
+        s.state = rules.count_failure(s.state, task.id)
         return False
 
     def _commit(self, task: WorkTask) -> None:
-        """Commit a passed task's own files, once, when the workspace is a repository."""
+        """Commit a passed task's own files, once, when the workspace is a repository.
+
+        Its files are the changes ``git status`` shows (ignored files are not) that its
+        ``filesAllowed`` match, outside the workflow's notes.
+
+        Raises:
+            StopRun: ``commit_failed:<task>``: git refused.
+        """
         s = self.session
         if not s.options.commit or task.id in s.commits:
             return
         root = s.workspace.root
         if not gitops.is_repository(root):
             return
-        message = gitops.task_message(task.id, task.title)
-        commit = gitops.find_commit(root, message, since=s.base_commit)  # made before a crash
-        if commit is None:
-            files = WriteScope(files_allowed=task.files_allowed)
-            paths = [
-                path
-                for path in sorted(
-                    set(s.changed.get(task.id, [])) | set(gitops.changed_paths(root))
-                )
-                if not path.startswith(NOTES) and not out_of_scope(_one(path), files)
-            ]  # the task's own files (as it changed them, or as git sees them after a crash)
-            commit = gitops.commit_task(root, task.id, task.title, paths)
+        files = WriteScope(files_allowed=task.files_allowed)
+        try:
+            message = gitops.task_message(task.id, task.title)
+            commit = gitops.find_commit(root, message, since=s.base_commit)  # before a crash
+            if commit is None:
+                paths = [
+                    path
+                    for path in gitops.changed_paths(root)
+                    if not path.startswith(NOTES) and not out_of_scope(_one(path), files)
+                ]
+                commit = gitops.commit_task(root, task.id, task.title, paths)
+        except ConfigError as exc:
+            raise StopRun(with_detail("commit_failed", task.id), message=str(exc)) from exc
         if commit is not None:
             s.commits[task.id] = commit
 
@@ -344,9 +375,15 @@ class Runner:
         ctx.events.emit(StepStarted(run_id=ctx.run_id, step_no=run.no, step=step))
         started = ctx.clock()
         token = CURRENT.set(run)
-        ctx.gateway.forget_calls()  # a phase reads afresh what an earlier one read
+        looped = LOOP_SCOPE.set(run.step_id)  # a phase run compares only its own calls
         loop = asyncio.get_running_loop()
-        s.on_change = lambda: loop.call_soon_threadsafe(ctx.gateway.forget_calls)
+
+        def changed() -> None:  # a workspace tool changed a file: reading it again is fine
+            current = CURRENT.get()
+            if current is not None:
+                loop.call_soon_threadsafe(ctx.gateway.forget_calls, current.step_id)
+
+        s.on_change = changed
         try:
             agent = ExecutorAgent(
                 ctx,
@@ -358,6 +395,7 @@ class Runner:
             )
             result = await agent(run.no, step)
         finally:
+            LOOP_SCOPE.reset(looped)
             CURRENT.reset(token)
         found = self._own(changes(before, snapshot(s.workspace.root)), run, task)
         scope = phase_scope(self.session, phase, task)

@@ -15,19 +15,19 @@ large workspace does not make every checkpoint large.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from taskdecomp.errors import CorruptRecordError
+from taskdecomp.stops import StopRun, with_detail
 from taskdecomp.strategies.workflow.definition import Workflow
 from taskdecomp.strategies.workflow.options import WorkflowOptions
 from taskdecomp.strategies.workflow.snapshot import Snapshot, snapshot
 from taskdecomp.strategies.workflow.state import WorkflowState
 from taskdecomp.strategies.workflow.tasklist import TaskList, TaskListError, parse_tasks
-from taskdecomp.strategies.workflow.workspace import RUNNER_DIR, Workspace
+from taskdecomp.strategies.workflow.workspace import RUNNER_DIR, Workspace, write_new
 
 STATE_DIR = ".taskdecomp"
 DESIGN_PATH = ".taskdecomp/design.md"
@@ -95,6 +95,8 @@ class Session:
         """Out-of-scope paths found for a task and not yet reported by its spec check."""
         self.commits: dict[str, str] = {}
         """The commit of each passed task, when the workspace is a repository."""
+        self.implemented: dict[str, int] = {}
+        """For each task, the attempt whose implementation finished and awaits its check."""
         self.base_commit: str | None = None
         """The workspace's commit when the run started (task commits come after it)."""
         self.on_change: Callable[[], object] = _nothing
@@ -124,8 +126,8 @@ class Session:
     def sweep(self) -> None:
         """Remove the snapshot files of phase runs no longer in flight."""
         folder = self.workspace.root / RUNNER_DIR
-        if not folder.is_dir():
-            return
+        if folder.is_symlink() or not folder.is_dir():
+            return  # a link is never followed (own_folder refuses it at the next write)
         keep = {f"{step_id}.json" for step_id in self.inflight}
         for path in folder.iterdir():
             if path.name not in keep and path.suffix == ".json" and path.is_file():
@@ -134,7 +136,7 @@ class Session:
     def save_before(self, run: PhaseRun, found: Snapshot) -> None:
         """Keep ``run``'s starting snapshot in the workspace's runner folder."""
         path = self._snapshot_file(run)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        own_folder(self.workspace.root, path.parent)
         _write_json(path, dict(found))
 
     def load_before(self, run: PhaseRun) -> Snapshot:
@@ -199,6 +201,7 @@ class Session:
             "changed": self.changed,
             "violations": self.violations,
             "commits": self.commits,
+            "implemented": self.implemented,
             "base_commit": self.base_commit,
             "previous": self.previous,
         }
@@ -233,6 +236,7 @@ class Session:
             self.changed = {str(k): list(v) for k, v in (data.get("changed") or {}).items()}
             self.violations = {str(k): list(v) for k, v in (data.get("violations") or {}).items()}
             self.commits = {str(k): str(v) for k, v in (data.get("commits") or {}).items()}
+            self.implemented = {str(k): int(v) for k, v in (data.get("implemented") or {}).items()}
             self.base_commit = data.get("base_commit")
             previous = data.get("previous")
             self.previous = dict(previous) if isinstance(previous, Mapping) else None
@@ -249,8 +253,7 @@ class Session:
 
     def write_files(self) -> None:
         """Write ``.taskdecomp/tasks.json`` and ``.taskdecomp/status.json``."""
-        folder = self.workspace.root / STATE_DIR
-        folder.mkdir(exist_ok=True)
+        folder = own_folder(self.workspace.root, self.workspace.root / STATE_DIR)
         state = self.state
         if state.tasks is not None:
             _write_json(folder / "tasks.json", state.tasks.to_json())
@@ -278,7 +281,25 @@ def _tasks(raw: Any) -> TaskList | None:
         raise CorruptRecordError(f"the stored task list does not decode: {exc}") from exc
 
 
+def own_folder(root: Path, folder: Path) -> Path:
+    """``folder`` (under ``root``), made if missing, unless a folder on the way is a link.
+
+    The runner writes only inside the workspace.
+
+    Raises:
+        StopRun: ``out_of_scope_write:runner``.
+    """
+    parts = folder.relative_to(root).parts
+    for end in range(1, len(parts) + 1):
+        path = root.joinpath(*parts[:end])
+        if path.is_symlink():
+            raise StopRun(
+                with_detail("out_of_scope_write", "runner"),
+                message=f"{str(path)!r} is a link; the workflow's own folders must be folders",
+            )
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def _write_json(path: Path, data: Any) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    write_new(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")

@@ -7,7 +7,8 @@ output and refused with a message it can act on (:class:`StateRefused`):
 
 - ``set_status``: only fields the workflow's guards read, with JSON scalar values;
 - ``put_tasks``: the whole list, once, validated like a plan (:func:`.parse_tasks`);
-- ``update_task``: a task's status (``in_progress``, ``passed``, ``failed``) and feedback;
+- ``update_task``: a task's status (``in_progress``, ``passed``, ``failed``) and feedback
+  (the runner counts the failed checks, one per check);
 - ``add_tasks``: new tasks after the decomposition, at most ``max_added_tasks`` in a run,
   with new ids and dependencies on tasks that exist.
 
@@ -118,11 +119,18 @@ def update_task(
         changed = tasks.with_status(task_id, status)
     except TaskListError as exc:
         raise StateRefused(str(exc)) from None
-    attempts, notes = dict(state.attempts), dict(state.feedback)
+    notes = dict(state.feedback)
     if status == "failed":
-        attempts[task_id] = attempts.get(task_id, 0) + 1
         notes[task_id] = feedback[:MAX_FEEDBACK_CHARS]
-    return replace(state, tasks=changed, attempts=attempts, feedback=notes)
+    return replace(state, tasks=changed, feedback=notes)
+
+
+def count_failure(state: WorkflowState, task_id: str) -> WorkflowState:
+    """One more failed check of ``task_id``.
+
+    The runner counts one per check, however many times its agent said so.
+    """
+    return replace(state, attempts={**state.attempts, task_id: state.attempts.get(task_id, 0) + 1})
 
 
 def add_tasks(state: WorkflowState, raw: Any, *, max_added: int = MAX_ADDED_TASKS) -> WorkflowState:

@@ -51,7 +51,7 @@ def state_tools(session: Session) -> Toolset:
             raw = {
                 "schemaVersion": 1,
                 "decomposedFrom": decomposedFrom or session.design_path or "",
-                "tasks": tasks,
+                "tasks": _pending(tasks),
             }
             session.state = rules.put_tasks(
                 session.state,
@@ -89,7 +89,9 @@ def state_tools(session: Session) -> Toolset:
         def change() -> dict[str, Any]:
             _outside_task("add_tasks")
             session.state = rules.add_tasks(
-                session.state, {"tasks": tasks}, max_added=session.options.max_added_tasks
+                session.state,
+                {"tasks": _pending(tasks)},
+                max_added=session.options.max_added_tasks,
             )
             return {"ok": True, "added": len(tasks), "added_in_run": session.state.added}
 
@@ -97,6 +99,11 @@ def state_tools(session: Session) -> Toolset:
 
     functions: list[Callable[..., Any]] = [set_status, put_tasks, update_task, add_tasks]
     return Toolset.from_functions(functions, source="workflow-state")
+
+
+def _pending(tasks: list[dict[str, Any]]) -> list[Any]:
+    """An agent's new tasks start pending, whatever status it gave them."""
+    return [{**task, "status": "pending"} if isinstance(task, dict) else task for task in tasks]
 
 
 def _outside_task(name: str) -> None:

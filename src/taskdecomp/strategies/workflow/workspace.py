@@ -101,7 +101,8 @@ class Workspace:
         """
         real = self.resolve(path)
         relative = self.relative(real)
-        if real == self.root or relative in STATE_FILES or relative.startswith(RUNNER_DIR):
+        folded = relative.casefold()  # a case-insensitive disk has one file for both
+        if real == self.root or folded in STATE_FILES or folded.startswith(RUNNER_DIR):
             raise PathRefused(f"{path!r} is not a file this phase may write")
         if not any(glob_match(glob, relative) for glob in scope.globs):
             allowed = ", ".join(scope.globs) or "nothing (this phase is read-only)"
@@ -118,10 +119,24 @@ class Workspace:
         real.parent.mkdir(parents=True, exist_ok=True)
         if not self._inside(Path(os.path.realpath(real.parent))):  # a folder swapped meanwhile
             raise PathRefused(f"{path!r} leads outside the workspace")
-        temporary = real.with_name(f".{real.name}{TEMPORARY_SUFFIX}")
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, real)
+        write_new(real, text)
         return real
+
+
+def write_new(path: Path, text: str) -> None:
+    """Write ``path`` through a fresh temporary file beside it, renamed onto it.
+
+    The temporary file is created anew, never followed if something (a link) is in its
+    place, so the write lands in the folder it was checked for.
+    """
+    temporary = path.with_name(f".{path.name}{TEMPORARY_SUFFIX}")
+    if temporary.is_symlink() or temporary.exists():
+        temporary.unlink()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    descriptor = os.open(temporary, flags, 0o644)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temporary, path)
 
 
 def glob_match(glob: str, path: str) -> bool:
