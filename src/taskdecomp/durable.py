@@ -267,12 +267,19 @@ class Journal:
             self.record(write, best_effort=best_effort)
 
     def check(self) -> None:
-        """Stop the run if its lease is known to be lost.
+        """Stop the run if its lease is lost.
+
+        A lease that ran out while this process stalled (stopped, swapped out, cut off) is
+        renewed first: a process that wakes up after another took its run over learns it
+        here, before it records or calls anything more.
 
         Raises:
             StopRun: ``lease_lost``, naming the run's new owner.
             StoreError: a queued write failed (the store could not be written).
         """
+        clock = getattr(self.store, "now", self._now)  # the clock the lease is kept in
+        if self.lost is None and not self._ended and clock() >= self.lease.expires_at:
+            self.renew()
         if self.lost is not None:
             raise StopRun(stops.LEASE_LOST, message=str(self.lost))
         if self.failed is not None:

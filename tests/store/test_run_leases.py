@@ -246,3 +246,47 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> int:
         main(list(argv))
     code = exit_info.value.code
     return code if isinstance(code, int) else 0
+
+
+@pytest.mark.parametrize("durability", ["sync", "async"])
+def test_a_process_that_stalled_past_its_lease_calls_nothing_once_taken_over(
+    store: SqlStore, store_url: str, durability: str
+) -> None:
+    other = open_store(store_url)
+    looked: list[int] = []
+
+    async def stall(n: int) -> int:
+        """Hold the event loop past the lease (no heartbeat), while another takes the run."""
+        time.sleep(0.8)
+        other.acquire_lease(RunId("r1"), owner="host:9:new", ttl=30)
+        return n
+
+    def look(n: int) -> int:
+        """A read-only call the stalled process must not make any more."""
+        looked.append(n)
+        return n
+
+    plan = {
+        "kind": "plan",
+        "steps": [
+            {"id": "s1", "title": "stall", "tool": "stall", "args": {"n": 1}},
+            {"id": "s2", "title": "look", "tool": "look", "args": {"n": 2}},
+            {"id": "s3", "title": "look again", "tool": "look", "args": {"n": 3}},
+        ],
+    }
+    try:
+        result = asyncio.run(
+            run(
+                "goal",
+                tools=[stall, look],
+                model=ScriptedModel(responses=[plan, "done"]),
+                store=store,
+                run_id=RunId("r1"),
+                lease_seconds=0.5,
+                durability=durability,
+            )
+        )
+    finally:
+        other.close()
+    assert (result.stop_reason, looked) == ("lease_lost", [])
+    assert "'host:9:new' took it over" in str(result.message)
