@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from taskdecomp import durable
-from taskdecomp.budget import Budget
+from taskdecomp.budget import Budget, Usage
 from taskdecomp.durable import DEFAULT_DURABILITY, Durability, StoredConfig
 from taskdecomp.errors import ConfigError, CorruptRecordError
 from taskdecomp.events import Subscriber
 from taskdecomp.models import Model, resolve_model
+from taskdecomp.plan import Plan
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext
 from taskdecomp.stops import StopRun
@@ -138,12 +139,19 @@ async def run_workflow(
             strategy="workflow",
             workflow={"spec": spec, "workspace": str(ws.root), "options": options.to_dict()},
         )
-        with store.batch(durable=durability == "sync"):
-            lease = store.create_run(
-                new, owner=durable.new_owner_id(), ttl=durable.lease_seconds(lease_seconds)
+        ttl = durable.lease_seconds(lease_seconds)
+        with store.batch(durable=durability == "sync"):  # the run with its starting state
+            lease = store.create_run(new, owner=durable.new_owner_id(), ttl=ttl)
+            store.save_state(
+                ctx.run_id,
+                Plan(steps=()),
+                {"workflow": session.to_dict()},
+                approvals={},
+                usage=Usage(),
+                events=(),
+                lease=lease,
             )
         attach_journal(ctx, store, lease, segment=1, started=started, durability=durability)
-    session.write_files()
     async with durable.leased(ctx.journal):
         return await execute(ctx, Outcome(), budget, _phases(session), started=started)
 

@@ -27,7 +27,12 @@ from taskdecomp.strategies.workflow.options import WorkflowOptions
 from taskdecomp.strategies.workflow.snapshot import Snapshot, snapshot
 from taskdecomp.strategies.workflow.state import WorkflowState
 from taskdecomp.strategies.workflow.tasklist import TaskList, TaskListError, parse_tasks
-from taskdecomp.strategies.workflow.workspace import RUNNER_DIR, Workspace, write_new
+from taskdecomp.strategies.workflow.workspace import (
+    RUNNER_DIR,
+    PathRefused,
+    Workspace,
+    write_new,
+)
 
 STATE_DIR = ".taskdecomp"
 DESIGN_PATH = ".taskdecomp/design.md"
@@ -302,4 +307,7 @@ def own_folder(root: Path, folder: Path) -> Path:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    write_new(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    try:
+        write_new(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    except PathRefused as exc:
+        raise StopRun(with_detail("out_of_scope_write", "runner"), message=str(exc)) from exc

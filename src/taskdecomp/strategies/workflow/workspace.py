@@ -128,8 +128,13 @@ def write_new(path: Path, text: str) -> None:
 
     The temporary file is created anew, never followed if something (a link) is in its
     place, so the write lands in the folder it was checked for.
+
+    Raises:
+        PathRefused: a folder is in the temporary file's place.
     """
     temporary = path.with_name(f".{path.name}{TEMPORARY_SUFFIX}")
+    if temporary.is_dir() and not temporary.is_symlink():
+        raise PathRefused(f"{temporary.name!r} is a folder where a write needs its temporary file")
     if temporary.is_symlink() or temporary.exists():
         temporary.unlink()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
