@@ -57,6 +57,7 @@ from taskdecomp.models import (
 from taskdecomp.plan import Plan, Step, TaskId
 from taskdecomp.policy import parse_model_json, validate_plan_action
 from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
+from taskdecomp.scale.submit import submit
 from taskdecomp.stops import CODES, StopReason, StopRun, is_known
 from taskdecomp.store import SqlStore, open_store
 from taskdecomp.store.trees import TreeRepository
@@ -141,6 +142,7 @@ __all__ = [
     "run",
     "run_sync",
     "run_workflow",
+    "submit",
     "tool",
     "validate_plan_action",
 ]

@@ -74,7 +74,7 @@ async def execute(run_id: RunId, how: Execution) -> str:
         return await end(store, lease, stops.CANCELLED, "cancelled before it started")
     if admission.start == "poisoned":
         message = (
-            f"its workers died running it {admission.recoveries - 1} times; parked after "
+            f"its workers died running it {admission.recoveries} times; parked after "
             f"{how.max_recoveries} recoveries"
         )
         return await end(store, lease, stops.POISONED, message)
@@ -104,7 +104,6 @@ async def _run(run_id: RunId, lease: Lease, first_started_at: float | None, how:
     if left <= 0:
         message = f"the run passed its {budget.max_seconds}s deadline across its workers"
         return await end(store, lease, stops.MAX_SECONDS, message, stored=stored)
-    allow = list(toolset) if (stored.config.get("queue") or {}).get("allow_all") else None
     work = asyncio.create_task(
         continue_run(
             run_id,
@@ -112,7 +111,6 @@ async def _run(run_id: RunId, lease: Lease, first_started_at: float | None, how:
             prepare=_as_is,
             tools=toolset,
             model=model,
-            allow=allow,
             budget=dataclasses.replace(budget, max_seconds=left),
             lease=lease,
             lease_seconds=how.lease_seconds,

@@ -8,6 +8,7 @@ idempotency key submitted twice gives one run.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -20,6 +21,8 @@ from taskdecomp.scale.runs import end
 from taskdecomp.stops import CANCELLED
 from taskdecomp.store.sql import SqlStore
 from taskdecomp.strategies.replan import ReplanOptions
+
+logger = logging.getLogger(__name__)
 
 Cancelled = Literal["cancelled", "requested", "ended"]
 """What a cancel did: ended a run that had not started, asked a running one to stop (it
@@ -82,11 +85,19 @@ def submit(
     config: dict[str, Any] = {**new.config, "queue": {"allow_all": allow is None}}
     new = type(new)(run_id=new.run_id, goal=goal, model=model, tools=tools, config=config)
     run_id, fresh = store.submit_run(new, queue=queue, idempotency_key=idempotency_key)
-    client = engine.client(system)
     try:
-        engine.enqueue(client, run_id, queue=queue, delivery=run_id)
-    finally:
-        client.destroy()
+        client = engine.client(system)
+        try:
+            engine.enqueue(client, run_id, queue=queue, delivery=run_id)
+        finally:
+            client.destroy()
+    except Exception as exc:
+        logger.warning(
+            "run %s is stored but not yet queued (%s); a worker's sweep delivers it",
+            run_id,
+            " ".join(str(exc).split())[:300],
+        )
+        return run_id, fresh
     store.note_delivery(run_id, run_id)
     return run_id, fresh
 
@@ -100,6 +111,11 @@ def cancel(run_id: str, *, store: SqlStore) -> Cancelled:
     status = store.request_cancel(RunId(run_id))
     if status is None:
         raise RunNotFoundError(f"no run {run_id!r} in the store; `taskdecomp runs` lists them")
+    if status == "unqueued":
+        raise ConfigError(
+            f"run {run_id!r} was not submitted to a queue: it runs in the process that "
+            "started it (stop it there with Ctrl-C)"
+        )
     if status == "queued":
         try:
             lease = store.acquire_lease(

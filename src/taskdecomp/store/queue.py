@@ -53,11 +53,9 @@ def submit(
         The run's id, and whether it is new.
     """
     if idempotency_key is not None:
-        found = conn.execute(
-            select(_queued.c.run_id).where(_queued.c.idempotency_key == idempotency_key)
-        ).scalar_one_or_none()
+        found = by_key(conn, idempotency_key)
         if found is not None:
-            return RunId(found), False
+            return found, False
     row = rows.new_run(run, now=now)
     row.update(status="queued", segments=0)
     conn.execute(insert(_runs).values(**row))
@@ -70,6 +68,14 @@ def submit(
         )
     )
     return run.run_id, True
+
+
+def by_key(conn: Connection, idempotency_key: str) -> RunId | None:
+    """The run submitted with ``idempotency_key``, if any."""
+    found = conn.execute(
+        select(_queued.c.run_id).where(_queued.c.idempotency_key == idempotency_key)
+    ).scalar_one_or_none()
+    return RunId(found) if found is not None else None
 
 
 def queue_of(conn: Connection, run_id: RunId) -> str | None:
@@ -135,10 +141,10 @@ def request_cancel(conn: Connection, run_id: RunId) -> str | None:
     ).scalar_one_or_none()
     if status is None:
         return None
-    conn.execute(
+    asked = conn.execute(
         update(_queued).where(_queued.c.run_id == rows.key(run_id)).values(cancel_requested=True)
     )
-    return str(status)
+    return str(status) if asked.rowcount == 1 else "unqueued"
 
 
 def cancel_requested(conn: Connection, run_id: RunId) -> bool:
@@ -158,6 +164,8 @@ class Stale:
     recoveries: int
     delivery: str | None
     """The queue engine's id of its latest delivery, if any."""
+    started: bool
+    """A worker started it (else it is still queued)."""
 
 
 def note_delivery(conn: Connection, run_id: RunId, delivery: str) -> None:
@@ -171,11 +179,12 @@ def stale(conn: Connection, queue: str, *, now: float, grace: float) -> list[Sta
     """Runs of ``queue`` that need delivering.
 
     Started runs no worker holds any more (the worker died, so its lease ran out, or it
-    gave the run up on a store error), and queued runs never delivered ``grace`` seconds
-    after they were submitted (the submitter died between storing and enqueueing them).
+    gave the run up on a store error), and runs still queued ``grace`` seconds after they
+    were submitted (the sweep asks the engine whether their delivery is still waiting: the
+    submitter may have died before enqueueing it, or a worker failed to take it).
     """
     found = conn.execute(
-        select(_runs.c.id, _queued.c.recoveries, _queued.c.delivery)
+        select(_runs.c.id, _runs.c.status, _queued.c.recoveries, _queued.c.delivery)
         .join(_queued, _queued.c.run_id == _runs.c.id)
         .where(
             _queued.c.queue == queue,
@@ -184,15 +193,16 @@ def stale(conn: Connection, queue: str, *, now: float, grace: float) -> list[Sta
                     _runs.c.status == "running",
                     or_(_runs.c.lease_expires_at.is_(None), _runs.c.lease_expires_at < now),
                 ),
-                and_(
-                    _runs.c.status == "queued",
-                    _queued.c.delivery.is_(None),
-                    _queued.c.enqueued_at < now - grace,
-                ),
+                and_(_runs.c.status == "queued", _queued.c.enqueued_at < now - grace),
             ),
         )
     ).all()
     return [
-        Stale(run_id=RunId(str(row.id)), recoveries=int(row.recoveries), delivery=row.delivery)
+        Stale(
+            run_id=RunId(str(row.id)),
+            recoveries=int(row.recoveries),
+            delivery=row.delivery,
+            started=row.status == "running",
+        )
         for row in found
     ]

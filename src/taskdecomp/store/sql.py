@@ -587,13 +587,22 @@ class SqlStore:
         Raises:
             StoreError: the id is taken, or the store cannot be written.
         """
-        with self.write() as conn:
-            if reads.run_exists(conn, run.run_id):
-                raise StoreError(f"a run with id {run.run_id!r} is already stored")
-            return queues.submit(
-                conn, run, queue=queue, idempotency_key=idempotency_key,
-                now=self.now(),
-            )  # fmt: skip
+        try:
+            with self.write() as conn:
+                if reads.run_exists(conn, run.run_id):
+                    raise StoreError(f"a run with id {run.run_id!r} is already stored")
+                return queues.submit(
+                    conn, run, queue=queue, idempotency_key=idempotency_key,
+                    now=self.now(),
+                )  # fmt: skip
+        except StoreError:
+            if idempotency_key is None:
+                raise
+            with self.read() as conn:  # the same key, submitted at the same moment elsewhere
+                found = queues.by_key(conn, idempotency_key)
+            if found is None:
+                raise
+            return found, False
 
     def admit_run(
         self, run_id: RunId, *, owner: str, ttl: float, max_recoveries: int

@@ -347,7 +347,9 @@ async def continue_run(
     except BaseException:
         store.release_lease(lease)
         raise
-    allowed = config.allow if allow is None else allow
+    allowed: Iterable[str] | None = config.allow if allow is None else allow
+    if allow is None and (stored.config.get("queue") or {}).get("allow_all"):
+        allowed = None  # submitted without --allow: every tool of the toolset
     goal = stored.summary.goal
     ctx = build_context(goal, toolset, planner, allowed, budget, on_event, stored.run_id)
     if clock is not None:
