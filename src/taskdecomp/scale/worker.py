@@ -129,10 +129,10 @@ class Worker:
             if stale.delivery is not None:
                 status = dbos.get_workflow_status(stale.delivery)
                 state = status.status if status is not None else None
-                if state == "ENQUEUED" or (state == "PENDING" and not stale.started):
-                    continue  # waiting for a worker, or a worker is taking it now
-                if state == "PENDING":
-                    dbos.cancel_workflow(stale.delivery)  # its worker is gone
+                if state == "ENQUEUED":
+                    continue  # waiting for a worker
+                if state == "PENDING":  # taken a lease ago and still not held: its worker died
+                    dbos.cancel_workflow(stale.delivery)
             bucket = int(time.time() // max(1.0, self.how.lease_seconds))
             delivery = f"{stale.run_id}:r{stale.recoveries + 1}:{bucket}"
             engine.enqueue(self._client, stale.run_id, queue=self.queue, delivery=delivery)
