@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from taskdecomp.cli.display import Column, fitted_table, line, literal
 from taskdecomp.plan import Plan, Step
@@ -54,14 +55,17 @@ def summary(console: Console, result: RunResult, *, debug: bool = False) -> None
         console.print(Panel(literal(raw), title="raw_plan", title_align="left"))
     if result.answer:
         console.print(Panel(literal(result.answer), title="answer", title_align="left"))
+    console.print(usage_line(result))
+
+
+def usage_line(result: RunResult) -> Text:
+    """The run's id and what it spent, on one dim line."""
     usage = result.usage
-    console.print(
-        literal(
-            f"run {result.run_id} · {usage.llm_calls} model calls · {usage.tool_calls} tool "
-            f"calls · {usage.tokens_in}+{usage.tokens_out} tokens · ${usage.cost_usd:.4f} · "
-            f"{usage.seconds:.2f}s",
-            "dim",
-        )
+    return literal(
+        f"run {result.run_id} · {usage.llm_calls} model calls · {usage.tool_calls} tool "
+        f"calls · {usage.tokens_in}+{usage.tokens_out} tokens · ${usage.cost_usd:.4f} · "
+        f"{usage.seconds:.2f}s",
+        "dim",
     )
 
 

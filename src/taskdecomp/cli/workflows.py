@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from taskdecomp import durable
-from taskdecomp.cli import _app
+from taskdecomp.cli import _app, views
 from taskdecomp.cli._app import (
     DB_OPTION,
     DEBUG_OPTION,
@@ -253,14 +253,7 @@ def _print_result(out: Console, result: RunResult, stored: StoredRun) -> None:
         out.print(literal(result.message, "red" if not result.ok else "dim", limit=4000))
     if result.answer:
         out.print(literal(result.answer, limit=4000), soft_wrap=True)
-    usage = result.usage
-    out.print(
-        literal(
-            f"run {result.run_id} · {usage.llm_calls} model calls · {usage.tool_calls} tool "
-            f"calls · {usage.tokens_in}+{usage.tokens_out} tokens · {usage.seconds:.2f}s",
-            "dim",
-        )
-    )
+    out.print(views.usage_line(result))
 
 
 def _budget(settings: Any, max_parallel: int, flags: dict[str, Any]) -> Any:
