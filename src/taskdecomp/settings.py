@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import platformdirs
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from taskdecomp.budget import Budget
@@ -65,17 +65,25 @@ class Settings(BaseSettings):
     """How long a stored run's lease outlives a process that died, so another ``resume``
     may take it over (``TASKDECOMP_LEASE_SECONDS``)."""
     durability: Durability = DEFAULT_DURABILITY
+    """How stored runs' checkpoints reach the disk, ``async`` or ``sync``
+    (``TASKDECOMP_DURABILITY``; the command line's ``--durability``)."""
     stream_plan: bool | None = None
     """Start read-only steps while the plan streams (``TASKDECOMP_STREAM_PLAN``; the
     command line's ``--stream-plan/--no-stream-plan``); default: when the model streams."""
-    """How stored runs' checkpoints reach the disk, ``async`` or ``sync``
-    (``TASKDECOMP_DURABILITY``; the command line's ``--durability``)."""
+    dbos_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "WARNING"
+    """How much the queue engine (DBOS) logs in workers and submitters
+    (``TASKDECOMP_DBOS_LOG_LEVEL``)."""
     api_token: SecretStr | None = None
     """The bearer token ``taskdecomp serve`` requires of every API request
     (``TASKDECOMP_API_TOKEN``); needed to bind to an address other than loopback."""
     cors_origins: str | None = None
     """Comma-separated origins the service answers cross-origin requests from
     (``TASKDECOMP_CORS_ORIGINS``); default: none (CORS off)."""
+
+    @field_validator("dbos_log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
 
     def data_dir(self) -> Path:
         """:attr:`home`, else the platform's user data directory for taskdecomp."""

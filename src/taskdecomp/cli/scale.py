@@ -93,7 +93,14 @@ def worker_command(
             lease_seconds=durable.lease_seconds(settings.lease_seconds),
             durability=durability or settings.durability,
         )
-        worker = Worker(url, how, queue=queue, concurrency=concurrency, executor_id=executor_id)
+        worker = Worker(
+            url,
+            how,
+            queue=queue,
+            concurrency=concurrency,
+            executor_id=executor_id,
+            log_level=settings.dbos_log_level,
+        )
 
         def stop(signum: int, frame: FrameType | None) -> None:
             worker.stop()

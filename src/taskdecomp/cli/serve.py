@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from types import FrameType
 from typing import Any
@@ -55,6 +56,17 @@ GRACE_SECONDS = 3
     default="info",
     show_default=True,
 )
+@click.option(
+    "--executor",
+    type=click.Choice(["process", "queue"]),
+    default="process",
+    show_default=True,
+    help="Run in this process, or submit runs to a queue that `taskdecomp worker` "
+    "processes execute (PostgreSQL --db; --tools and --model names as the workers register).",
+)
+@click.option(
+    "--queue", default="default", show_default=True, help="The queue runs go to (--executor queue)."
+)
 @DB_OPTION
 def serve_command(
     host: str,
@@ -65,6 +77,8 @@ def serve_command(
     chat_model: str | None,
     cors_origins: tuple[str, ...],
     log_level: str,
+    executor: str,
+    queue: str,
     db: str | None,
 ) -> int:
     """Serve the HTTP API, the live event streams and the web page at http://HOST:PORT/.
@@ -75,6 +89,7 @@ def serve_command(
     work, cancels runs in flight (stored as cancelled, resumable) and exits.
     """
     config = _config(host, toolsets, models, decomp_model, chat_model, cors_origins, db)
+    config = dataclasses.replace(config, executor=executor, queue=queue)
     try:
         import uvicorn
 
@@ -84,7 +99,10 @@ def serve_command(
             f"the service needs its extra ({exc.name} is missing): pip install 'taskdecomp[server]'"
         ) from None
     service = open_service(config)
-    click.echo(f"taskdecomp serving on http://{_where(host)}:{port}/ (store: {service.store.name})")
+    where = f"store: {service.store.name}"
+    if executor == "queue":
+        where += f"; runs go to queue {queue!r}"
+    click.echo(f"taskdecomp serving on http://{_where(host)}:{port}/ ({where})")
 
     class Server(uvicorn.Server):
         """uvicorn's server, telling the service the moment a stop signal arrives."""

@@ -56,15 +56,17 @@ def system_url(db: str) -> str:
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def config(db: str, *, executor_id: str | None = None) -> dict[str, Any]:
-    """A ``DBOSConfig`` for a worker."""
+def config(
+    db: str, *, executor_id: str | None = None, log_level: str = "WARNING"
+) -> dict[str, Any]:
+    """A ``DBOSConfig`` for a worker (``log_level``: ``TASKDECOMP_DBOS_LOG_LEVEL``)."""
     return {
         "name": APP_NAME,
         "system_database_url": system_url(db),
         "executor_id": executor_id or f"{socket.gethostname()}-{os.getpid()}",
         "application_version": APP_VERSION,
         "serializer": dbos().DBOSPortableJSONSerializer(),
-        "log_level": os.environ.get("TASKDECOMP_DBOS_LOG_LEVEL", "WARNING"),
+        "log_level": log_level,
     }
 
 

@@ -42,6 +42,7 @@ def submit(
     budget: Budget | None = None,
     strategy: str = "plan_execute",
     replan: ReplanOptions | None = None,
+    client: Any = None,
 ) -> tuple[RunId, bool]:
     """Queue a run of ``goal``; return its id at once, and whether it is a new run.
 
@@ -57,6 +58,8 @@ def submit(
         budget: limits (``max_seconds`` holds across worker deaths).
         strategy: ``plan_execute`` or ``replan``.
         replan: the replan strategy's options.
+        client: a ``DBOSClient`` on ``db`` to enqueue with (a long-lived process keeps
+            one); default: one opened and closed for this call.
 
     Raises:
         ConfigError: an empty goal, a path where a toolset name belongs, a database that
@@ -86,11 +89,14 @@ def submit(
     new = type(new)(run_id=new.run_id, goal=goal, model=model, tools=tools, config=config)
     run_id, fresh = store.submit_run(new, queue=queue, idempotency_key=idempotency_key)
     try:
-        client = engine.client(system)
-        try:
+        if client is not None:
             engine.enqueue(client, run_id, queue=queue, delivery=run_id)
-        finally:
-            client.destroy()
+        else:
+            own = engine.client(system)
+            try:
+                engine.enqueue(own, run_id, queue=queue, delivery=run_id)
+            finally:
+                own.destroy()
     except Exception as exc:
         logger.warning(
             "run %s is stored but not yet queued (%s); a worker's sweep delivers it",

@@ -65,6 +65,7 @@ class Worker:
         queue: the queue to take runs from.
         concurrency: runs executed at once by each worker of the queue.
         executor_id: this process's name in DBOS (default: host and process id).
+        log_level: how much DBOS logs.
     """
 
     def __init__(
@@ -75,8 +76,10 @@ class Worker:
         queue: str = engine.DEFAULT_QUEUE,
         concurrency: int = 8,
         executor_id: str | None = None,
+        log_level: str = "WARNING",
     ) -> None:
         self.db, self.how, self.queue = db, how, queue
+        self.log_level = log_level
         self.concurrency = concurrency
         self.executor_id = executor_id
         self._stop = threading.Event()
@@ -88,7 +91,8 @@ class Worker:
         module = engine.dbos()
         _current = self.how
         _register()
-        module.DBOS(config=engine.config(self.db, executor_id=self.executor_id))
+        settings = engine.config(self.db, executor_id=self.executor_id, log_level=self.log_level)
+        module.DBOS(config=settings)
         module.DBOS.listen_queues([self.queue])
         module.DBOS.launch()
         try:

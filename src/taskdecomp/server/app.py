@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
 
 RunPath = Annotated[str, PathParam(max_length=200, description="A run id.")]
-Status = Literal["running", "interrupted", "paused", "ok", "stopped"]
+Status = Literal["queued", "running", "interrupted", "paused", "ok", "stopped"]
 
 
 def create_app(service: Service) -> FastAPI:
@@ -149,7 +149,7 @@ def _run_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/runs/{run_id}/cancel", tags=["runs"])
     async def cancel_run(run_id: RunPath) -> dict[str, Any]:
-        """Cancel a run this server executes; it is stored as cancelled and can be resumed."""
+        """Cancel a run executing here or queued; it is stored as cancelled (resumable)."""
         await runs.cancel(run_id)
         return runs.view(run_id)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from taskdecomp.budget import Budget
 from taskdecomp.decomposition import DecompOptions
@@ -30,6 +31,9 @@ CHAT_ACTIONS = (
     "run_operation/reject_run",
 )
 """Every structured action the chat agent knows (see ``docs/actions.md``)."""
+
+Executor = Literal["process", "queue"]
+"""Where the service's runs execute: in the server process, or on queue workers."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -52,6 +56,10 @@ class ServerConfig:
         lease_seconds: how long a run's lease outlives this process if it dies.
         durability: how runs' checkpoints reach the disk (``async`` or ``sync``).
         poll_seconds: the longest an event stream waits between two reads of the store.
+        executor: ``process`` runs execute in the server; ``queue`` submits them to
+            ``queue`` for ``taskdecomp worker`` processes (PostgreSQL store only; the
+            toolset and model names must be the ones the workers register).
+        queue: the queue runs are submitted to.
     """
 
     store_url: str
@@ -68,6 +76,8 @@ class ServerConfig:
     lease_seconds: float = 30.0
     durability: Durability = DEFAULT_DURABILITY
     poll_seconds: float = 0.5
+    executor: Executor = "process"
+    queue: str = "default"
 
     def __post_init__(self) -> None:
         if not self.toolsets:
@@ -78,6 +88,11 @@ class ServerConfig:
         if unknown:
             raise ConfigError(
                 f"unknown chat action {unknown[0]!r}; known: {', '.join(CHAT_ACTIONS)}"
+            )
+        if self.executor == "queue" and not self.store_url.startswith("postgresql"):
+            raise ConfigError(
+                "--executor queue needs a PostgreSQL store (--db postgresql://...), the one "
+                f"the workers use; got {self.store_url!r}"
             )
         if self.token is not None and not self.token.strip():
             raise ConfigError("TASKDECOMP_API_TOKEN is empty; set a long random value or unset it")

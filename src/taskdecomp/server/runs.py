@@ -1,5 +1,9 @@
 """Runs the service executes: started, resumed, approved and cancelled in the background.
 
+With ``--executor queue`` a new run is submitted to a queue instead (see
+``docs/scale-out.md``) and ``taskdecomp worker`` processes execute it; its events, status
+and cancel go through the store like those of any other run.
+
 Every run goes through the library's own entry points (:func:`taskdecomp.run`,
 :func:`taskdecomp.resume`, :func:`taskdecomp.approve`, :func:`taskdecomp.reject`) with the
 service's store, so a run the service starts is stored, checkpointed and leased exactly
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
@@ -35,9 +40,10 @@ Start = Callable[[Subscriber], Coroutine[Any, Any, RunResult]]
 CANCEL_WAIT = 10.0
 """Seconds ``cancel`` waits for a run to store itself as cancelled."""
 
-STATUSES = ("running", "interrupted", "paused", "ok", "stopped")
+STATUSES = ("queued", "running", "interrupted", "paused", "ok", "stopped")
 """The statuses the API shows: the stored ones, plus ``interrupted`` for a run stored as
-running that no live process owns (its process died)."""
+running that no live process owns (its process died; a queued run's workers deliver it
+again)."""
 
 
 def canonical_model(spec: str) -> str:
@@ -70,6 +76,7 @@ class RunService:
         self._toolset_names = {ts.source: name for name, ts in self.toolsets.items()}
         self._active: dict[RunId, asyncio.Task[RunResult]] = {}
         self._listeners: dict[RunId, set[asyncio.Event]] = {}
+        self._queue_client: Any = None
         self.closing = False
 
     def listen(self, run_id: str) -> asyncio.Event:
@@ -114,6 +121,12 @@ class RunService:
             replan = ReplanOptions(**options)
         elif body.replan is not None:
             raise Problem(422, "replan options apply to strategy 'replan' only")
+        if self.config.executor == "queue":
+            return await self._submit(body, model, allow, budget, replan)
+        if body.idempotency_key is not None:
+            raise Problem(
+                422, "idempotency_key needs a server that queues runs (serve --executor queue)"
+            )
         run_id = new_run_id()
         await self._launch(
             run_id,
@@ -132,6 +145,42 @@ class RunService:
                 durability=self.config.durability,
             ),
         )
+        return run_id
+
+    async def _submit(
+        self,
+        body: RunIn,
+        model: str,
+        allow: list[str] | None,
+        budget: Budget,
+        replan: ReplanOptions | None,
+    ) -> RunId:
+        """Queue the run for the workers; return its id once it is stored."""
+        if self.closing:
+            raise Problem(503, "the server is shutting down; try again when it is back")
+        from taskdecomp.scale import engine
+        from taskdecomp.scale.submit import submit
+
+        if self._queue_client is None:
+            self._queue_client = await asyncio.to_thread(engine.client, self.config.store_url)
+        run_id, _new = await asyncio.to_thread(
+            functools.partial(
+                submit,
+                body.goal,
+                store=self.store,
+                db=self.config.store_url,
+                tools=body.toolset,
+                model=model,
+                queue=self.config.queue,
+                idempotency_key=body.idempotency_key,
+                allow=allow,
+                budget=budget,
+                strategy=body.strategy,
+                replan=replan,
+                client=self._queue_client,
+            )
+        )
+        self._ring(run_id)
         return run_id
 
     async def resume(self, run_id: str) -> None:
@@ -198,12 +247,23 @@ class RunService:
         )
 
     async def cancel(self, run_id: str) -> None:
-        """Cancel a run this process executes; it stores itself as ``cancelled`` (resumable).
+        """Cancel a run; it stores itself as ``cancelled`` (resumable).
+
+        A run this process executes is cancelled at once; a queued run ends before it
+        starts, or within a second on the worker that runs it.
 
         Raises:
-            Problem: 409 when this process does not execute the run.
+            Problem: 409 when the run is neither executing here nor queued.
         """
         task = self._active.get(RunId(run_id))
+        if task is None and self.store.queue_of(RunId(run_id)) is not None:
+            from taskdecomp.scale.submit import cancel
+
+            done = await asyncio.to_thread(cancel, run_id, store=self.store)
+            self._ring(RunId(run_id))
+            if done == "ended":
+                raise Problem(409, f"run {run_id!r} already ended; nothing to cancel")
+            return
         if task is None:
             stored = self.store.load_run(RunId(run_id))
             raise Problem(
@@ -238,7 +298,7 @@ class RunService:
         data = stored.to_dict()
         data["stored_status"] = data["status"]
         data["status"] = self.status(stored.summary, stored)
-        data["toolset"] = self._toolset_names.get(stored.tools or "")
+        data["toolset"] = self._toolset_name(stored.tools)
         data["active"] = self.is_active(run_id)
         data.pop("tools", None)  # a file path on the server: the toolset's name says enough
         return data
@@ -267,11 +327,17 @@ class RunService:
                 bell.set()
 
     async def shutdown(self, timeout: float) -> None:
-        """:meth:`begin_shutdown`, then wait up to ``timeout`` seconds for the runs to end."""
+        """:meth:`begin_shutdown`, then wait up to ``timeout`` seconds for the runs to end.
+
+        Queued runs go on on their workers.
+        """
         tasks = list(self._active.values())
         self.begin_shutdown()
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
+        if self._queue_client is not None:
+            client, self._queue_client = self._queue_client, None
+            await asyncio.to_thread(client.destroy)
 
     async def _launch(self, run_id: RunId, start: Start) -> None:
         """Start ``start`` in the background; return once the run wrote its first event.
@@ -367,8 +433,14 @@ class RunService:
         except ValueError as exc:
             raise Problem(422, f"budget refused: {exc}") from None
 
+    def _toolset_name(self, tools: str | None) -> str | None:
+        """The registered name of a run's toolset (a queued run stores the name itself)."""
+        if tools in self.toolsets:
+            return tools
+        return self._toolset_names.get(tools or "")
+
     def _stored_parts(self, stored: StoredRun) -> tuple[Toolset, str]:
-        name = self._toolset_names.get(stored.tools or "")
+        name = self._toolset_name(stored.tools)
         if name is None:
             raise Problem(
                 409,

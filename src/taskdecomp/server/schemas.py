@@ -48,6 +48,12 @@ class RunIn(_Body):
         default=None, max_length=500, description="One of GET /models; default: the first."
     )
     replan: ReplanIn | None = None
+    idempotency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Queued runs only: the same key submitted again gives the same run.",
+    )
 
 
 class ApproveIn(_Body):

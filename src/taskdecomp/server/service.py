@@ -65,9 +65,15 @@ def open_service(config: ServerConfig) -> Service:
             store cannot be opened; the message names which.
     """
     toolsets = {name: _load(name, source) for name, source in config.toolsets.items()}
-    for spec in {*config.models, config.decomp_model, config.chat_model} - {None}:
+    # queued runs' models are names the workers register: they resolve them
+    runs_models = config.models if config.executor == "process" else ()
+    for spec in {*runs_models, config.decomp_model, config.chat_model} - {None}:
         assert spec is not None
         _check_model(spec)
+    if config.executor == "queue":
+        from taskdecomp.scale import engine
+
+        engine.dbos()  # the extra is installed
     store = open_store(config.store_url)
     try:
         from taskdecomp.server.chat import ChatAgent
