@@ -70,6 +70,10 @@ def config(
     }
 
 
+CLIENT_POOL_SIZE = 2
+"""Connections a ``DBOSClient`` keeps: it only enqueues, one run at a time."""
+
+
 def client(db: str) -> Any:
     """A ``DBOSClient`` to enqueue and cancel from any process."""
     module = dbos()
@@ -77,6 +81,7 @@ def client(db: str) -> Any:
         system_database_url=system_url(db),
         serializer=module.DBOSPortableJSONSerializer(),
         application_name=APP_NAME,
+        system_database_pool_size=CLIENT_POOL_SIZE,
     )
 
 

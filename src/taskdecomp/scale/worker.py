@@ -56,6 +56,24 @@ def _register() -> None:
     _registered = True
 
 
+class _MovedOnDeliveries(logging.Filter):
+    """DBOS's traceback for a delivery the sweep cancelled, as the one line it means.
+
+    A worker that stalls past its lease finds, when it wakes, that its run moved on: the
+    run lease already refused its writes (and said so), and DBOS then reports the
+    cancelled delivery as an error with a traceback. It is expected; say it in one line.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        cancelled = engine.dbos().error.DBOSAwaitedWorkflowCancelledError
+        if isinstance(error, cancelled):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg, record.args = "a delivery that moved on to another worker ended here", ()
+            record.exc_info = record.exc_text = None
+        return True
+
+
 class Worker:
     """One worker process.
 
@@ -93,6 +111,7 @@ class Worker:
         _register()
         settings = engine.config(self.db, executor_id=self.executor_id, log_level=self.log_level)
         module.DBOS(config=settings)
+        logging.getLogger("dbos").addFilter(_MovedOnDeliveries())
         module.DBOS.listen_queues([self.queue])
         module.DBOS.launch()
         try:
