@@ -43,6 +43,11 @@ class ModelRequest:
     """When set, the answer must be JSON matching this schema (structured output)."""
     schema_name: str = "response"
     """A name for ``json_schema`` (OpenAI's ``response_format`` wants one)."""
+    goal: str | None = None
+    """The words the answer's literal values come from (the run's goal, with a step's
+    instruction for the executor). A provider that constrains answers by grammar (the
+    embedded model) limits arguments to the values it finds there, in the forms the
+    schema asks for; others ignore it."""
     progress: Progress | None = field(default=None, compare=False, repr=False)
     """Where a provider that can say how far it is (a streaming one) reports it."""
     on_text: TextSink | None = field(default=None, compare=False, repr=False)

@@ -431,6 +431,7 @@ async def _plan(
         ),
         json_schema=plan_schema(catalog, min_steps=MIN_PLAN_STEPS, max_steps=budget.max_plan_steps),
         schema_name="plan",
+        goal=ctx.goal,
     )
     try:
         response = await ctx.ask(_streamed(request, early) if early is not None else request)

@@ -336,7 +336,7 @@ class _Loop:
         schema = plan_schema(
             self.catalog, min_steps=1, max_steps=budget.max_plan_steps, instructions=True
         )
-        response = await ctx.ask(_request("plan", system, payload, schema))
+        response = await ctx.ask(_request("plan", system, payload, schema, goal=ctx.goal))
         self.outcome.raw_plan = response.text
         action = parse_model_json(response.text)
         self.outcome.raw_plan = action
@@ -364,7 +364,7 @@ class _Loop:
             first=len(self.state.steps) + 1,
             finished=finished,
         )
-        response = await ctx.ask(_request("replan", system, payload, schema))
+        response = await ctx.ask(_request("replan", system, payload, schema, goal=ctx.goal))
         self.outcome.raw_plan = response.text
         decision = validate_decision(
             response.text,
@@ -393,7 +393,7 @@ class _Loop:
 
 
 def _request(
-    phase: Any, system: str, payload: Mapping[str, Any], schema: dict[str, Any]
+    phase: Any, system: str, payload: Mapping[str, Any], schema: dict[str, Any], *, goal: str
 ) -> ModelRequest:
     return ModelRequest(
         phase=phase,
@@ -403,4 +403,5 @@ def _request(
         ),
         json_schema=schema,
         schema_name="plan" if phase == "plan" else "decision",
+        goal=goal,
     )
