@@ -178,10 +178,16 @@ class Cluster:
         return self._store
 
     def model(self, name: str, *steps: dict[str, Any], latency_ms: int = 0) -> str:
-        """Register a scripted model on the workers to come: a plan of ``steps``, then done."""
+        """Register a scripted model on the workers to come: a plan of ``steps``, then done.
+
+        It answers by rule, the planner's request with the plan and any other with "done":
+        a run taken over after its combine call was counted but before its end was stored
+        asks the combiner again, which a list script (one answer per call) could not answer.
+        """
         script = self.home / f"model-{name}.json"
         plan = {"kind": "plan", "steps": list(steps)}
-        script.write_text(json.dumps({"responses": [plan, "done"], "latency_ms": latency_ms}))
+        rules = [{"match": '"max_plan_steps"', "response": plan}]
+        script.write_text(json.dumps({"rules": rules, "default": "done", "latency_ms": latency_ms}))
         self.models[name] = f"scripted:{script}"
         return name
 
