@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     debug: bool = False
     """Print tracebacks of toolsets that fail to import and tools that raise
     (``TASKDECOMP_DEBUG=1``; the command line's ``--debug``)."""
+    local_threads: int | None = Field(default=None, ge=1)
+    """CPU threads of the embedded model (``TASKDECOMP_LOCAL_THREADS``; the command line's
+    ``--local-threads``); default: the cores the machine's load leaves free."""
     busy_timeout: float = Field(default=5.0, gt=0)
     """Seconds to wait for a SQLite store locked by another process
     (``TASKDECOMP_BUSY_TIMEOUT``)."""
@@ -88,6 +91,10 @@ class Settings(BaseSettings):
     def data_dir(self) -> Path:
         """:attr:`home`, else the platform's user data directory for taskdecomp."""
         return self.home or Path(platformdirs.user_data_dir("taskdecomp", appauthor=False))
+
+    def llama_state_dir(self) -> Path:
+        """Where the embedded model keeps evaluated system prompts for later processes."""
+        return self.data_dir().expanduser() / "llama-state"
 
     def store_url(self, flag: str | None = None) -> str:
         """The run store's URL, in this order.

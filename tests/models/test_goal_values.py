@@ -245,6 +245,14 @@ def test_an_enum_takes_the_members_the_goal_mentions() -> None:
     assert values_for({"enum": ["US", "EU"]}, SALES) == ()
 
 
+def test_a_member_named_only_inside_a_longer_members_name_is_not_taken() -> None:
+    cabins = {"enum": ["economy", "premium_economy", "business"]}
+
+    assert values_for(cabins, extract_values("Premium economy to Oslo")) == ("premium_economy",)
+    both = extract_values("premium economy out, economy back")
+    assert values_for(cabins, both) == ("economy", "premium_economy")
+
+
 def test_an_optional_argument_is_read_through_its_null() -> None:
     optional = {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None}
 

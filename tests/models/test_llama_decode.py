@@ -49,7 +49,8 @@ def schema_grammar(schema: Mapping[str, Any]) -> str:
 
 def plan_messages(goal: str = SEED_GOAL, system: str | None = None) -> list[dict[str, str]]:
     toolset = load_toolset(SALES_TOOLS)
-    payload = {"goal": goal, "max_plan_steps": 6, "available_tools": toolset.catalog(toolset.keys())}
+    catalog = toolset.catalog(toolset.keys())
+    payload = {"available_tools": catalog, "max_plan_steps": 6, "goal": goal}  # as the planner
     return [
         {"role": "system", "content": system or render("planner", min_steps=3, max_steps=6)},
         {"role": "user", "content": json.dumps(payload)},
@@ -202,6 +203,33 @@ def test_a_saved_prefix_is_restored_after_another_prompt_took_the_context(llama:
     decoded = decode(llama, messages, grammar=grammar, max_tokens=40, cache=cache)
 
     assert decoded.tokens_reused == prefix_length(llama, messages, prompt_tokens(llama, messages))
+    assert cache.hits == 1
+    assert_same_answer(decoded, expected)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_catalog_written_before_the_goal_is_shared_by_requests_with_other_goals(
+    llama: Any,
+) -> None:
+    from taskdecomp.models.llama_decode import PrefixCache, decode, prefix_length, prompt_tokens
+
+    cache = PrefixCache()
+    first, second = plan_messages("Summarise March 2026 sales."), plan_messages()
+    content = second[-1]["content"]
+    shared = content[: content.rindex('"goal"')]
+    assert first[-1]["content"].startswith(shared)
+    grammar = plan_grammar()
+    expected = reference(llama, second, grammar, 40)
+    llama.reset()
+    decode(llama, first, max_tokens=5, cache=cache, shared_text=shared)
+    llama.reset()  # the context holds nothing: the saved state must serve
+
+    decoded = decode(llama, second, grammar=grammar, max_tokens=40, cache=cache, shared_text=shared)
+
+    tokens = prompt_tokens(llama, second)
+    assert decoded.tokens_reused == prefix_length(llama, second, tokens, shared_text=shared)
+    assert decoded.tokens_reused > prefix_length(llama, second, tokens) + 200  # the catalog too
     assert cache.hits == 1
     assert_same_answer(decoded, expected)
 

@@ -6,12 +6,21 @@ import asyncio
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from taskdecomp import Budget, ModelRequest, load_toolset, run_sync, validate_plan_action
 from taskdecomp.budget import MIN_PLAN_STEPS
-from taskdecomp.models.local import LocalModel, default_gguf, is_available
+from taskdecomp.models.local import (
+    LocalDefaults,
+    LocalModel,
+    default_gguf,
+    default_threads,
+    is_available,
+    local_defaults,
+    set_local_defaults,
+)
 from taskdecomp.models.schemas import plan_schema
 from taskdecomp.prompts import render
 from tests.conftest import SALES_TOOLS
@@ -117,3 +126,56 @@ def test_a_prompt_longer_than_the_context_is_an_llm_error() -> None:
 
     assert result.stop_reason == "llm_error:context"
     assert result.llm_phase == "plan"
+
+
+@pytest.mark.parametrize(
+    ("cores", "load", "threads"),
+    [(2, 0.0, 2), (2, 1.2, 1), (2, 5.0, 1), (8, 0.3, 4), (8, 6.0, 2), (1, 0.0, 1)],
+)
+def test_the_default_threads_are_the_cores_the_load_leaves_free(
+    cores: int, load: float, threads: int
+) -> None:
+    assert default_threads(cores, load) == threads
+
+
+def test_local_defaults_reach_models_made_without_arguments(tmp_path: Path) -> None:
+    require_local_extra()
+    before = local_defaults()
+    set_local_defaults(LocalDefaults(n_threads=3, state_dir=tmp_path))
+    try:
+        assert LocalModel().n_threads == 3
+        assert LocalModel(n_threads=1).n_threads == 1
+    finally:
+        set_local_defaults(before)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_plan_takes_the_goals_month_and_ids_and_calls_no_tool_twice(tmp_path: Path) -> None:
+    require_local_extra()
+    goal = "Summarise sales of April 2026 for manager_id=42 and flag refund risks."
+    model = LocalModel(state_dir=tmp_path / "state")
+
+    result = run_sync(goal, tools=SALES_TOOLS, model=model, budget=LOADED)
+
+    assert result.plan is not None, (result.stop_reason, result.raw_plan)
+    tools = [step.tool for step in result.plan.steps]
+    assert len(tools) == len(set(tools)), tools
+    months = [step.args["month"] for step in result.plan.steps if "month" in step.args]
+    managers = [step.args["manager_id"] for step in result.plan.steps if "manager_id" in step.args]
+    assert months and set(months) == {"2026-04"}, result.plan.steps
+    assert set(managers) <= {42}, result.plan.steps
+    assert list((tmp_path / "state").glob("*.seq")), "the system prompt's state was not saved"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_old_schema_constraint_still_answers_under_llama_cpps_grammar() -> None:
+    require_local_extra()
+
+    response = asyncio.run(LocalModel(constrain="schema").complete(plan_request()))
+
+    plan = validate_plan_action(
+        json.loads(response.text), max_plan_steps=6, allowed_tools=set(SEED_TOOLS)
+    )
+    assert 3 <= len(plan.steps) <= 6

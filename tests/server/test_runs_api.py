@@ -127,9 +127,7 @@ def test_every_error_is_a_problem_document(served: Served) -> None:
                 "JSON",
             ),
             (
-                client.post(
-                    "/runs", json={"goal": "x", "toolset": "demo", "idempotency_key": "k"}
-                ),
+                client.post("/runs", json={"goal": "x", "toolset": "demo", "idempotency_key": "k"}),
                 422,
                 "idempotency_key needs a server that queues runs",
             ),

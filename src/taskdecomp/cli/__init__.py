@@ -34,9 +34,16 @@ __all__ = ["app", "approvals", "main", "runs", "scale", "serve", "tools", "trees
 def main(argv: list[str] | None = None) -> NoReturn:
     """Entry point: run the CLI and exit with its code."""
     try:
-        set_debug(load_settings().debug)
+        settings = load_settings()
     except ConfigError:
         set_debug(False)  # the command reads the settings again and reports the problem
+    else:
+        set_debug(settings.debug)
+        local.set_local_defaults(
+            local.LocalDefaults(
+                n_threads=settings.local_threads, state_dir=settings.llama_state_dir()
+            )
+        )
     try:
         code = app.main(args=argv, prog_name="taskdecomp", standalone_mode=False)
     except click.UsageError as exc:

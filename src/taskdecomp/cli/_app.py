@@ -8,6 +8,7 @@ or configuration error (one line on stderr, no traceback), 3 when a run waits fo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from taskdecomp import jsonsafe
 from taskdecomp.cli.display import console, literal
 from taskdecomp.durable import DURABILITIES
 from taskdecomp.errors import ConfigError, StoreError, StrictJSONError
-from taskdecomp.models import Model, resolve_model
+from taskdecomp.models import Model, local, resolve_model
 from taskdecomp.models.local import is_available
 from taskdecomp.settings import OpenAISettings, Settings
 from taskdecomp.store import SqlStore, normalize_url, open_store
@@ -117,6 +118,23 @@ DEBUG_OPTION = click.option(
     callback=_debug_flag,
     help="Print the traceback (file and line) when a toolset fails to import or a tool "
     "raises.  [env: TASKDECOMP_DEBUG=1]",
+)
+
+
+def _local_threads_flag(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
+    if value is not None:
+        defaults = local.local_defaults()
+        local.set_local_defaults(dataclasses.replace(defaults, n_threads=value))
+
+
+LOCAL_THREADS_OPTION = click.option(
+    "--local-threads",
+    type=click.IntRange(min=1),
+    expose_value=False,
+    is_eager=True,
+    callback=_local_threads_flag,
+    help="CPU threads of the embedded model (local); default: the cores the machine's load "
+    "leaves free, at most 4.  [env: TASKDECOMP_LOCAL_THREADS]",
 )
 
 GOAL_FILE_OPTION = click.option(

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from taskdecomp.cli._app import DB_OPTION, DEBUG_OPTION, app, open_run_store
+from taskdecomp.cli._app import DB_OPTION, DEBUG_OPTION, LOCAL_THREADS_OPTION, app, open_run_store
 from taskdecomp.cli.runs import report, until_done
 from taskdecomp.errors import ConfigError
 from taskdecomp.jsonsafe import loads
@@ -27,6 +27,7 @@ from taskdecomp.strategies.approval import approve, reject
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @DB_OPTION
 @DEBUG_OPTION
+@LOCAL_THREADS_OPTION
 def approve_command(run_id: str, plan_file: Path | None, as_json: bool, db: str | None) -> int:
     """Approve what RUN_ID waits for (a plan or a tool call) and continue the run.
 

@@ -21,6 +21,7 @@ from taskdecomp.cli._app import (
     EXIT_PAUSED,
     EXIT_STOPPED,
     GOAL_FILE_OPTION,
+    LOCAL_THREADS_OPTION,
     app,
     build_models,
     debug_enabled,
@@ -108,6 +109,7 @@ from taskdecomp.strategies.replan import PROMPT_NAMES, ReplanOptions
 @DB_OPTION
 @DURABILITY_OPTION
 @DEBUG_OPTION
+@LOCAL_THREADS_OPTION
 def run_command(
     goal: str | None,
     goal_file: Path | None,
@@ -316,6 +318,7 @@ def show_command(run_id: str, as_json: bool, db: str | None) -> int:
 @DB_OPTION
 @DURABILITY_OPTION
 @DEBUG_OPTION
+@LOCAL_THREADS_OPTION
 def resume_command(
     run_id: str,
     tools: str | None,

@@ -13,6 +13,7 @@ from taskdecomp.cli._app import (
     DB_OPTION,
     DEBUG_OPTION,
     DURABILITY_OPTION,
+    LOCAL_THREADS_OPTION,
     app,
     echo_json,
     names,
@@ -61,6 +62,7 @@ QUEUE_OPTION = click.option(
 @click.option("--executor-id", help="This worker's name in the queue (default: host-pid).")
 @DURABILITY_OPTION
 @DEBUG_OPTION
+@LOCAL_THREADS_OPTION
 def worker_command(
     db: str | None,
     concurrency: int,

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from taskdecomp.cli import _app
-from taskdecomp.cli._app import DB_OPTION, app
+from taskdecomp.cli._app import DB_OPTION, LOCAL_THREADS_OPTION, app
 from taskdecomp.errors import ConfigError
 from taskdecomp.settings import (
     choose_model,
@@ -24,6 +24,7 @@ GRACE_SECONDS = 3
 
 
 @app.command("serve")
+@LOCAL_THREADS_OPTION
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option(

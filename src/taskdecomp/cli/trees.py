@@ -17,6 +17,7 @@ from taskdecomp.cli._app import (
     DB_OPTION,
     EXIT_STOPPED,
     GOAL_FILE_OPTION,
+    LOCAL_THREADS_OPTION,
     app,
     build_models,
     echo_json,
@@ -37,6 +38,7 @@ from taskdecomp.tree import NodeId, PlanTree, PlanTreeId
 
 
 @app.command("decompose")
+@LOCAL_THREADS_OPTION
 @click.argument("goal", required=False)
 @GOAL_FILE_OPTION
 @click.option(

@@ -17,6 +17,7 @@ from taskdecomp.cli._app import (
     DEBUG_OPTION,
     DURABILITY_OPTION,
     EXIT_USAGE,
+    LOCAL_THREADS_OPTION,
     app,
     build_models,
     echo_json,
@@ -168,6 +169,7 @@ def validate_command(source: str, as_json: bool) -> int:
 @DB_OPTION
 @DURABILITY_OPTION
 @DEBUG_OPTION
+@LOCAL_THREADS_OPTION
 def run_command(
     source: str,
     workspace: Path,

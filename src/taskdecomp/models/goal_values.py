@@ -277,21 +277,43 @@ def values_for(
 
 
 def _mentioned(members: list[Any], values: GoalValues) -> tuple[Value, ...]:
-    found: list[Value] = []
+    """The members the goal names; one named only inside a longer one's name is not.
+
+    ``economy`` is not named by "premium economy" when ``premium_economy`` is a member.
+    """
+    spans: dict[Value, list[tuple[int, int]]] = {}
     for member in members:
         if isinstance(member, bool):
             continue
-        if (isinstance(member, int) and member in values.integers) or (
-            isinstance(member, str) and member.strip() and _says(values.text, member)
-        ):
-            found.append(member)
-    return tuple(found)
+        if isinstance(member, int) and member in values.integers:
+            spans[member] = []
+        elif isinstance(member, str) and member.strip():
+            found = _spans(values.text, member)
+            if found:
+                spans[member] = found
+    return tuple(
+        member
+        for member, own in spans.items()
+        if not own or any(not _inside(span, spans, member) for span in own)
+    )
 
 
-def _says(text: str, phrase: str) -> bool:
+def _inside(span: tuple[int, int], spans: Mapping[Value, list[tuple[int, int]]], me: Value) -> bool:
+    """Whether ``span`` lies within a longer span of another member."""
+    start, end = span
+    return any(
+        s <= start and end <= e and (e - s) > (end - start)
+        for other, theirs in spans.items()
+        if other != me
+        for s, e in theirs
+    )
+
+
+def _spans(text: str, phrase: str) -> list[tuple[int, int]]:
+    """Where ``text`` names ``phrase`` (case-insensitive, ``_``/``-`` read as spaces)."""
     parts = [re.escape(part) for part in re.split(r"[\s_-]+", phrase.strip()) if part]
     pattern = r"(?<![\w])" + r"[\s_-]+".join(parts) + r"(?![\w])"
-    return re.search(pattern, text, re.IGNORECASE) is not None
+    return [m.span() for m in re.finditer(pattern, text, re.IGNORECASE)]
 
 
 def _paired(schema: Mapping[str, Any], values: GoalValues, name: str | None) -> tuple[Value, ...]:

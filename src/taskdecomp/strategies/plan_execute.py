@@ -417,10 +417,10 @@ async def _plan(
 ) -> Plan:
     allowed = ctx.gateway.allow
     catalog = ctx.gateway.toolset.catalog(allowed)
-    payload = {
-        "goal": ctx.goal,
-        "max_plan_steps": budget.max_plan_steps,
+    payload = {  # the catalog first: a local model evaluates it once per toolset
         "available_tools": catalog,
+        "max_plan_steps": budget.max_plan_steps,
+        "goal": ctx.goal,
     }
     system = render("planner", min_steps=MIN_PLAN_STEPS, max_steps=budget.max_plan_steps)
     request = ModelRequest(

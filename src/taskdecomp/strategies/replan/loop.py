@@ -325,10 +325,10 @@ class _Loop:
 
     async def _first_plan(self) -> Plan:
         ctx, budget = self.ctx, self.budget
-        payload = {
-            "objective": ctx.goal,
-            "max_plan_steps": budget.max_plan_steps,
+        payload = {  # the catalog first: a local model evaluates it once per toolset
             "available_tools": self.catalog,
+            "max_plan_steps": budget.max_plan_steps,
+            "objective": ctx.goal,
         }
         system = render(
             "replan/planner", directory=self.options.prompts, max_steps=budget.max_plan_steps
