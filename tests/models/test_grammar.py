@@ -234,6 +234,24 @@ def test_an_id_argument_takes_the_goals_id(engine: Engine, sales_grammar: str) -
     assert engine.accepts(grammar_for(sales_schema()), with_manager(7))
 
 
+def test_a_tool_whose_id_the_goal_does_not_give_is_left_out(engine: Engine) -> None:
+    grammar = grammar_for(sales_schema(), goal="Summarise the sales of April 2026")
+    with_manager = plan("get_manager_profile", *MONTH_TOOLS)
+    with_manager["steps"][0]["args"] = {"manager_id": 7}
+
+    assert not engine.accepts(grammar, with_manager)
+    assert engine.accepts(grammar, plan(*MONTH_TOOLS))
+
+
+def test_a_tool_needing_an_id_stays_when_the_fewest_steps_need_it(engine: Engine) -> None:
+    schema = sales_schema(min_steps=5)  # five tools, five steps: none can be left out
+    grammar = grammar_for(schema, goal="Summarise the sales of April 2026")
+    every = plan("get_manager_profile", *MONTH_TOOLS, "detect_risk_signals")
+    every["steps"][0]["args"] = {"manager_id": 7}
+
+    assert engine.accepts(grammar, every)
+
+
 def test_arguments_the_goal_says_nothing_about_keep_their_schema(engine: Engine) -> None:
     grammar = grammar_for(sales_schema(), goal="Summarise sales for manager 42")
     written = plan("get_manager_profile", *MONTH_TOOLS)

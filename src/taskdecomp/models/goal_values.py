@@ -390,6 +390,11 @@ def _in_bounds(number: int, schema: Mapping[str, Any]) -> bool:
     return all(ok for _, ok in checks)
 
 
+def words_of(name: str) -> set[str]:
+    """The lower-case words of an identifier: ``customerId`` and ``customer_id`` give both."""
+    return _words(name)
+
+
 def _words(name: str) -> set[str]:
     return {w for w in _WORD_SPLIT.split(_CAMEL.sub("_", name).lower()) if w}
 

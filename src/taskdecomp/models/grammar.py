@@ -16,7 +16,10 @@ converter (``llama_cpp.llama_grammar.SchemaConverter``) and adds:
   instruction steps where the schema allows them. Titles are shorter
   (:data:`TITLE_MAX_CHARS`): fewer tokens to write.
 - **Goal values** (``goal=``): every string or integer tool argument for which the goal
-  offers fitting values (:mod:`~taskdecomp.models.goal_values`) can take only those.
+  offers fitting values (:mod:`~taskdecomp.models.goal_values`) can take only those. A
+  tool with a required integer id the goal does not give (``booking_id`` when the goal
+  names no number) is left out of the plan, as a plan could only invent the id, unless
+  too few tools would remain for the fewest steps.
 - **No whitespace** between JSON tokens: the converter allows one optional space after
   each; here there is none, so the model writes compact JSON in fewer tokens.
 
@@ -30,10 +33,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from taskdecomp.models.goal_values import extract_values, restrict_arguments
+from taskdecomp.models.goal_values import extract_values, restrict_arguments, words_of
 
 TITLE_MAX_CHARS = 32
 """Longest step title the plan grammar allows (the schema allows 60)."""
@@ -67,12 +70,13 @@ def grammar_for(schema: Mapping[str, Any], *, goal: str | None = None) -> str:
     converter.resolve_refs(work, "")
     defs: Mapping[str, Any] = work.get("$defs", {})
     own: dict[str, str] = {}
-    if _plan_rule(work, defs, converter, own, prefix, "root") is not None:
+    known = goal is not None
+    if _plan_rule(work, defs, converter, own, prefix, "root", known=known):
         return _text(converter, own)
     branches = work.get("anyOf") if "properties" not in work else None
     if isinstance(branches, list):
         plans = [
-            _plan_rule(branch, defs, converter, own, prefix, f"{prefix}-{i}")
+            _plan_rule(branch, defs, converter, own, prefix, f"{prefix}-{i}", known=known)
             for i, branch in enumerate(branches)
         ]
         if any(plans):
@@ -145,18 +149,50 @@ def _plan_rule(
     own: dict[str, str],
     prefix: str,
     name: str,
+    *,
+    known: bool,
 ) -> str | None:
     """Add the rules of the plan ``node`` (its own rule is ``name``) and return ``name``.
 
+    ``known``: the goal is known, so a tool needing an id it does not give is left out.
     ``None`` when ``node`` is no plan schema, or one that this grammar leaves as it is.
     """
     layout = _layout(node, defs)
     if layout is None:
         return None
+    if known:
+        layout = _without_invented_ids(layout, defs)
     most = layout.max_steps if layout.instruction else min(len(layout.tools), layout.max_steps)
     if not layout.tools or most < layout.min_steps:
         return None  # no plan of the allowed length avoids a repeat: keep the schema's
     return _PlanRules(layout, converter, defs, own, prefix).build(name)
+
+
+def _without_invented_ids(layout: _Layout, defs: Mapping[str, Any]) -> _Layout:
+    """The layout without the tools that need an id the goal does not give.
+
+    A required integer argument named as an id (``id``, ``booking_id``, ``customerId``) that
+    the goal offered no value for is still a bare integer here: a plan could only invent it.
+    Such tools are left out, unless too few tools would remain for the fewest steps.
+    """
+    kept = tuple(tool for tool in layout.tools if not _needs_invented_id(tool[1], defs))
+    most = layout.max_steps if layout.instruction else min(len(kept), layout.max_steps)
+    if len(kept) == len(layout.tools) or not kept or most < layout.min_steps:
+        return layout
+    return replace(layout, tools=kept)
+
+
+def _needs_invented_id(args: Any, defs: Mapping[str, Any]) -> bool:
+    if not isinstance(args, Mapping):
+        return False
+    ref = str(args.get("$ref", ""))
+    if ref.startswith("#/$defs/"):
+        args = defs.get(ref.removeprefix("#/$defs/"), {})
+    properties = args.get("properties", {}) if isinstance(args, Mapping) else {}
+    return any(
+        "id" in words_of(name) and properties.get(name, {}).get("type") == "integer"
+        for name in args.get("required", ())
+    )
 
 
 def _layout(node: Any, defs: Mapping[str, Any]) -> _Layout | None:
