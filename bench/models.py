@@ -269,7 +269,9 @@ class Tally:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
-async def measure(model: TimedModel, tools: Toolset, goal: Goal, tally: Tally) -> str:
+async def measure(
+    model: TimedModel, tools: Toolset, goal: Goal, tally: Tally, *, show: bool = False
+) -> str:
     """Plan and run ``goal``; tally its plan call and plan; return its stop reason."""
     calls: list[ModelCalled] = []
 
@@ -304,7 +306,17 @@ async def measure(model: TimedModel, tools: Toolset, goal: Goal, tally: Tally) -
         needed, steps = needed_steps(result.plan, goal)
         tally.needed_steps += needed
         tally.tool_steps += steps
+        if show:
+            print_plan(result.plan, goal)
     return reason
+
+
+def print_plan(plan: Plan, goal: Goal) -> None:
+    """One line per step: its tool and arguments, marked when the goal needs the tool."""
+    print(f"  goal: {goal.text} -> {'right' if is_right(plan, goal) else 'wrong'}")
+    for step in plan.steps:
+        mark = "*" if step.tool in goal.tools else " "
+        print(f"   {mark} {step.tool or '(instruction)'} {json.dumps(dict(step.args))}")
 
 
 def share(part: int, whole: int) -> str:
@@ -446,7 +458,7 @@ async def plan_suite(
         model = timed_model(path, mode, args)
         tally = Tally(mode=mode)
         for goal in goals[: args.goals]:
-            reason = await measure(model, tools, goal, tally)
+            reason = await measure(model, tools, goal, tally, show=args.show_plans)
             if args.progress:
                 print(f"  {suite.name} {mode} goal {tally.runs}/{args.goals}: {reason}", flush=True)
         tallies.append(tally)
@@ -518,6 +530,9 @@ async def main() -> int:
         "--threads", type=int, default=None, help="CPU threads (default: as the model picks)"
     )
     parser.add_argument("--progress", action="store_true", help="print a line per goal")
+    parser.add_argument(
+        "--show-plans", action="store_true", help="print each plan (* marks a needed tool)"
+    )
     args = parser.parse_args()
     path = args.model.partition(":")[2] or None
     chosen = args.modes.split(",")

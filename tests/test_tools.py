@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+from pydantic import Field, ValidationError
 
 from taskdecomp import Toolset, ToolsetError, ToolSpec, load_toolset, tool
 from tests.conftest import SALES_TOOLS
 from tests.support import SEED_TOOLS
+
+Day = Annotated[str, Field(pattern=r"^\d{4}-\d{2}-\d{2}$", description="a day")]
 
 
 def test_the_seed_toolset_loads_unchanged() -> None:
@@ -43,6 +47,18 @@ def test_tool_options_and_hidden_idempotency_key() -> None:
     assert spec.takes_idempotency_key
     assert "idempotency_key" not in spec.args_schema()["properties"]
     assert send("x") == "x"  # the function stays callable
+
+
+def test_declared_argument_formats_reach_the_schema_and_are_checked() -> None:
+    def forecast(city: str, date: Day) -> str:
+        return city
+
+    spec = ToolSpec.from_function(forecast)
+    date = spec.args_schema()["properties"]["date"]
+    assert (date["pattern"], date["description"]) == (r"^\d{4}-\d{2}-\d{2}$", "a day")
+    assert spec.args_model.model_validate({"city": "Oslo", "date": "2026-12-24"})
+    with pytest.raises(ValidationError, match="pattern"):
+        spec.args_model.model_validate({"city": "Oslo", "date": "2026-12-24T10:00"})
 
 
 def test_description_defaults_to_the_docstring() -> None:

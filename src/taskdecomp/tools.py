@@ -193,7 +193,7 @@ def _check_importable(fn: Callable[..., Any], name: str) -> None:
 
 def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
     try:
-        hints = get_type_hints(fn)
+        hints = get_type_hints(fn, include_extras=True)  # keep Annotated[..., Field(...)]
     except Exception as exc:  # a forward reference that does not resolve, etc.
         raise ToolsetError(f"tool {name!r}: cannot read its type hints: {exc}") from exc
     fields: dict[str, Any] = {}

@@ -117,13 +117,19 @@ def test_integers_are_standalone_numbers(goal: str, integers: tuple[int, ...]) -
     assert values.months == ()
 
 
-def test_ids_carry_the_word_before_them() -> None:
+def test_integers_carry_the_words_beside_them() -> None:
     values = extract_values("for manager_id=42, customer 1042 and order #77 in April 2026")
 
     assert values.integers == (42, 1042, 77)
     assert values.months == ("2026-04",)
     assert values.pairs == {"manager_id": "42"}
-    assert values.labels == (("manager_id", 42), ("customer", 1042), ("order", 77))
+    assert values.labels == (
+        ("manager_id", 42),
+        ("customer", 1042),
+        ("and", 1042),
+        ("order", 77),
+        ("in", 77),
+    )
 
 
 def test_quoted_strings_and_pairs() -> None:
@@ -202,6 +208,28 @@ def test_an_integer_prefers_the_ones_its_name_labels() -> None:
     assert values_for({"type": "integer"}, values, name="manager_id") == (42,)
     assert values_for({"type": "integer"}, values, name="customerId") == (1042,)
     assert values_for({"type": "integer"}, values, name="limit") == (5, 1042, 42)
+
+
+def test_an_integer_another_argument_names_is_left_to_it() -> None:
+    values = extract_values("Traveler 77 needs a hotel from 2026-09-19 for 5 nights")
+    names = ["traveler_id", "booking_id", "nights", "amount"]
+
+    def offered(name: str) -> tuple[Any, ...]:
+        return values_for({"type": "integer"}, values, name=name, others=names)
+
+    assert offered("traveler_id") == (77,)
+    assert offered("nights") == (5,)  # the word after it names it
+    assert offered("booking_id") == ()  # 77 is the traveler's, 5 the nights'
+    assert offered("amount") == ()
+    assert values_for({"type": "integer"}, values, name="booking_id") == (77, 5)  # no others
+
+
+def test_an_unlabelled_integer_stays_open_to_every_argument() -> None:
+    values = extract_values("How much is 250 USD in euros?")
+    names = ["traveler_id", "amount"]
+
+    assert values_for({"type": "integer"}, values, name="amount", others=names) == (250,)
+    assert values_for({"type": "integer"}, values, name="traveler_id", others=names) == (250,)
 
 
 def test_calendar_names_pick_calendar_parts() -> None:
@@ -289,6 +317,24 @@ def test_tool_arguments_become_enums_of_their_goal_values() -> None:
     assert props["region"] == schema["$defs"]["tool__fetch__args"]["properties"]["region"]
     assert restricted["$defs"]["step_1"] == schema["$defs"]["step_1"]  # titles stay free
     assert schema["$defs"]["tool__fetch__args"]["properties"]["month"]["type"] == "string"
+
+
+def book(booking_id: int) -> None:
+    """A tool whose id another tool's argument must not take."""
+
+
+def stay(city: str, nights: int) -> None:
+    """A tool with a count."""
+
+
+def test_an_integer_goes_to_the_argument_of_any_tool_that_names_it() -> None:
+    catalog = Toolset.from_functions([book, stay]).catalog(["book", "stay"])
+    schema = plan_schema(catalog, min_steps=1, max_steps=2)
+
+    restricted = restrict_arguments(schema, extract_values("Rome for 3 nights, booking 1042"))
+
+    assert restricted["$defs"]["tool__book__args"]["properties"]["booking_id"] == {"enum": [1042]}
+    assert restricted["$defs"]["tool__stay__args"]["properties"]["nights"] == {"enum": [3]}
 
 
 def test_inline_args_and_enum_definitions_are_restricted_too() -> None:

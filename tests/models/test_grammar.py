@@ -14,12 +14,13 @@ import json
 import math
 import time
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import Field
 
 from taskdecomp import load_toolset, validate_plan_action
 from taskdecomp.budget import MIN_PLAN_STEPS
@@ -250,6 +251,49 @@ def test_a_tool_needing_an_id_stays_when_the_fewest_steps_need_it(engine: Engine
     every["steps"][0]["args"] = {"manager_id": 7}
 
     assert engine.accepts(grammar, every)
+
+
+Day = Annotated[str, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")]
+
+
+def forecast(city: str, day: Day) -> str:
+    """The forecast for a city on a day."""
+    return city
+
+
+def hotels(city: str, check_in: Day, nights: int) -> str:
+    """Hotels in a city."""
+    return city
+
+
+def lookup(code: Annotated[str, Field(pattern=r"[A-Z]{3}\.x")]) -> str:
+    """A code lookup."""
+    return code
+
+
+def test_a_declared_pattern_is_kept_by_the_grammar(engine: Engine) -> None:
+    toolset = Toolset.from_functions([forecast, hotels, lookup])
+    schema = plan_schema(toolset.catalog(toolset.keys()), min_steps=3, max_steps=3)
+    grammar = grammar_for(schema, goal="Weather in Oslo, hotels there, and code ABC")
+
+    def three(day: str, code: str) -> dict[str, Any]:
+        steps = [
+            {"id": "step_1", "title": "w", "tool": "forecast", "args": {"city": "O", "day": day}},
+            {
+                "id": "step_2",
+                "title": "h",
+                "tool": "hotels",
+                "args": {"city": "Oslo", "check_in": day, "nights": 2},
+            },
+            {"id": "step_3", "title": "c", "tool": "lookup", "args": {"code": code}},
+        ]
+        return {"kind": "plan", "steps": steps}
+
+    assert engine.parses(grammar)
+    assert engine.accepts(grammar, three("2026-12-24", "ABC.x"))
+    assert engine.accepts(grammar, three("2026-12-24", "the ABC.x code"))  # found anywhere
+    assert not engine.accepts(grammar, three("2026-12-24T10:00", "ABC.x"))
+    assert not engine.accepts(grammar, three("2026-12-24", "ABCdx"))  # "." is a dot
 
 
 def test_arguments_the_goal_says_nothing_about_keep_their_schema(engine: Engine) -> None:

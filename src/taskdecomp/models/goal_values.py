@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 import datetime
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,7 @@ _QUOTED = re.compile(r"\"(?P<a>[^\"\n]+)\"|“(?P<b>[^”\n]+)”|(?<![\w])'(?P<
 _PAIR = re.compile(r"(?<![\w.])(?P<key>[A-Za-z_][\w.-]*)\s*=\s*")
 _PAIR_VALUE = re.compile(r"\"(?P<a>[^\"\n]*)\"|'(?P<b>[^'\n]*)'|(?P<c>[^\s,;)\]}]+)")
 _LABEL = re.compile(r"(?P<label>[A-Za-z_][\w-]*)\s*(?:[:=#]\s*#?|#)?\s*$")
+_LABEL_AFTER = re.compile(r"[ \t]*(?P<label>[A-Za-z_][\w-]*)(?![\w-]|\s*[:=])")  # no pair key
 _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _ID_WORDS = frozenset({"id", "ids", "no", "num", "number"})
@@ -100,7 +101,10 @@ class GoalValues:
     pairs: Mapping[str, str] = field(default_factory=dict)
     """``key=value`` pairs: key to value (normalised when it is a month or a date)."""
     labels: tuple[tuple[str, Value], ...] = ()
-    """(word before it, value) for each integer and quoted string that follows a word."""
+    """(word, value): the word before each integer and quoted string, and after each integer.
+
+    ``booking #1042`` labels 1042 ``booking``; ``for 3 nights`` labels 3 ``for`` and
+    ``nights``."""
 
     def __bool__(self) -> bool:
         return bool(self.months or self.dates or self.integers or self.strings or self.pairs)
@@ -125,6 +129,9 @@ def extract_values(goal: str) -> GoalValues:
         number = int(match["number"].replace(",", ""))
         integers.append(number)
         _label(text, match.start(), number, labels)
+        after = _LABEL_AFTER.match(text, match.end())
+        if after is not None:
+            labels.append((after["label"], number))
     strings: list[str] = []
     for match in _QUOTED.finditer(goal):
         value = (match["a"] or match["b"] or match["c"]).strip()
@@ -237,7 +244,11 @@ def _unique(values: list[Any]) -> tuple[Any, ...]:
 
 
 def values_for(
-    schema: Mapping[str, Any], values: GoalValues, *, name: str | None = None
+    schema: Mapping[str, Any],
+    values: GoalValues,
+    *,
+    name: str | None = None,
+    others: Collection[str] = (),
 ) -> tuple[Value, ...]:
     """The goal values an argument with this JSON schema can take; ``()`` when none fit.
 
@@ -251,6 +262,10 @@ def values_for(
             (``customer 1042`` for ``customer_id``), and the kind of value the name says
             (``month``, ``date``/``day``, ``year``). A string with neither a pattern, a
             format nor an enum takes goal values only through its name.
+        others: the names of the other arguments the goal's values may be meant for (every
+            tool's, in a catalog). An integer labelled by one of them (``booking 1042``
+            when there is a ``booking_id``) is not offered to this argument, unless this
+            argument's name is the label too.
 
     Returns:
         The fitting values, in the order the goal gives them: members of an enum that the
@@ -260,7 +275,9 @@ def values_for(
     """
     branches = [b for b in schema.get("anyOf", ()) if b.get("type") != "null"]
     if branches:
-        return _unique([v for branch in branches for v in values_for(branch, values, name=name)])
+        return _unique(
+            [v for b in branches for v in values_for(b, values, name=name, others=others)]
+        )
     if "const" in schema:
         return ()
     if "enum" in schema:
@@ -270,7 +287,7 @@ def values_for(
     if paired:
         return paired
     if schema.get("type") == "integer":
-        return _integers(schema, values, words)
+        return _integers(schema, values, words, [_words(other) for other in others])
     if schema.get("type") == "string" or "pattern" in schema or "format" in schema:
         return _strings(schema, values, words)
     return ()
@@ -332,7 +349,9 @@ def _paired(schema: Mapping[str, Any], values: GoalValues, name: str | None) -> 
     return (raw,) if _string_fits(raw, schema) else ()
 
 
-def _integers(schema: Mapping[str, Any], values: GoalValues, words: set[str]) -> tuple[int, ...]:
+def _integers(
+    schema: Mapping[str, Any], values: GoalValues, words: set[str], others: list[set[str]]
+) -> tuple[int, ...]:
     calendar = [*values.dates, *values.months]
     if "year" in words:
         found = [int(v[:4]) for v in calendar] + [n for n in values.integers if n in _YEARS]
@@ -342,7 +361,12 @@ def _integers(schema: Mapping[str, Any], values: GoalValues, words: set[str]) ->
         found = [int(v[8:10]) for v in values.dates]
     else:
         labelled = [v for label, v in values.labels if isinstance(v, int) and _same(label, words)]
-        found = labelled or list(values.integers)
+        claimed = {
+            v
+            for label, v in values.labels
+            if isinstance(v, int) and any(_same(label, o) for o in others if o != words)
+        }
+        found = labelled or [n for n in values.integers if n not in claimed]
     return _unique([n for n in found if _in_bounds(n, schema)])
 
 
@@ -401,8 +425,13 @@ def _words(name: str) -> set[str]:
 
 def _same(label: str, words: set[str]) -> bool:
     """Whether a label names the argument: ``customer`` for ``customer_id``, and back."""
-    mine = words - _ID_WORDS
-    return bool(mine) and mine == _words(label) - _ID_WORDS
+    mine = {_singular(w) for w in words - _ID_WORDS}
+    return bool(mine) and mine == {_singular(w) for w in _words(label) - _ID_WORDS}
+
+
+def _singular(word: str) -> str:
+    """``nights`` and ``night`` alike (a plain trailing ``s``; enough for labels)."""
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
 def restrict_arguments(schema: Mapping[str, Any], values: GoalValues) -> dict[str, Any]:
@@ -418,11 +447,11 @@ def restrict_arguments(schema: Mapping[str, Any], values: GoalValues) -> dict[st
     if not values:
         return out
     defs = out.get("$defs", {})
-    for key, definition in defs.items():
-        if key.startswith("tool__") and isinstance(definition, dict):
-            _restrict_object(definition, values, defs)
-    for node in _under_args(out):
-        _restrict_object(node, values, defs)
+    objects = [d for k, d in defs.items() if k.startswith("tool__") and isinstance(d, dict)]
+    objects += list(_under_args(out))
+    names = sorted({name for node in objects for name in node.get("properties", {})})
+    for node in objects:
+        _restrict_object(node, values, defs, names)
     return out
 
 
@@ -439,14 +468,16 @@ def _under_args(node: Any) -> Iterator[dict[str, Any]]:
                 yield from _under_args(value)
 
 
-def _restrict_object(node: dict[str, Any], values: GoalValues, defs: Mapping[str, Any]) -> None:
+def _restrict_object(
+    node: dict[str, Any], values: GoalValues, defs: Mapping[str, Any], names: Collection[str]
+) -> None:
     properties = node.get("properties")
     if not isinstance(properties, dict):
         return
     for name, prop in properties.items():
         target = _resolved(prop, defs)
         if isinstance(target, dict) and _scalar(target):
-            fitting = values_for(target, values, name=name)
+            fitting = values_for(target, values, name=name, others=names)
             if fitting:
                 properties[name] = {"enum": list(fitting)}
 

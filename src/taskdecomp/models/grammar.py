@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from taskdecomp.models.goal_values import extract_values, restrict_arguments, words_of
+from taskdecomp.models.patterns import portable_patterns
 
 TITLE_MAX_CHARS = 32
 """Longest step title the plan grammar allows (the schema allows 60)."""
@@ -64,7 +65,7 @@ def grammar_for(schema: Mapping[str, Any], *, goal: str | None = None) -> str:
     Raises:
         ModuleNotFoundError: ``llama-cpp-python`` is not installed.
     """
-    work = restrict_arguments(schema, extract_values(goal or ""))
+    work = portable_patterns(restrict_arguments(schema, extract_values(goal or "")))
     prefix = _prefix(work)
     converter = _converter()
     converter.resolve_refs(work, "")

