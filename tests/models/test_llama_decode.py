@@ -122,6 +122,26 @@ def test_the_answer_is_token_identical_to_create_chat_completion(llama: Any, cas
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+def test_free_text_that_loops_is_cut_where_the_loop_began(llama: Any) -> None:
+    from taskdecomp.models.llama_decode import REPEAT_WINDOW, decode
+
+    messages = [{"role": "user", "content": "List the days of the week, over and over."}]
+    looping, finish, _ = reference(llama, messages, None, 200)
+    assert finish == "length"  # left alone, greedy decoding loops to the limit
+    llama.reset()
+
+    decoded = decode(llama, messages, max_tokens=200)
+
+    assert decoded.finish_reason == "repeated"
+    assert decoded.text and looping.startswith(decoded.text)
+    assert len(decoded.text) < len(looping) / 2
+    tokens = list(decoded.tokens)
+    windows = [tuple(tokens[i : i + REPEAT_WINDOW]) for i in range(len(tokens) - REPEAT_WINDOW + 1)]
+    assert len(windows) == len(set(windows))  # what is left does not repeat itself
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_grammar_that_forbids_the_favourite_token_still_yields_a_valid_answer(
     llama: Any,
 ) -> None:

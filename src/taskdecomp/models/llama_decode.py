@@ -43,11 +43,20 @@ import numpy as np
 import numpy.typing as npt
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-Finish = Literal["stop", "length", "cancelled"]
-"""Why decoding ended: an end token or a complete grammar, ``max_tokens``, or the stop event."""
+Finish = Literal["stop", "length", "cancelled", "repeated"]
+"""Why decoding ended: an end token or a complete grammar, ``max_tokens``, the stop event, or
+free text that began to repeat itself (see :data:`REPEAT_WINDOW`)."""
 
 SHORTLIST = 256
 """How many of the likeliest tokens the grammar judges before it judges the whole vocabulary."""
+
+REPEAT_WINDOW = 24
+"""Free text ends when its last this many tokens already came, in that order, earlier in it.
+
+Greedy decoding of a small model falls into loops (the same paragraph again and again until
+``max_tokens``); the answer is cut where the repeat began, at the end of the sentence before
+it (its ``tokens`` keep what was written up to the repeat). Grammar answers are left alone:
+a plan's steps legitimately share long runs of tokens."""
 
 ROOT = b"root"
 """The grammar's start rule."""
@@ -168,7 +177,7 @@ def decode(
         )
         reused = _evaluate_prompt(llama, tokens, shared, cache)
         prompted = time.perf_counter()
-        writer = _Writer(llama, checker, on_piece)
+        writer = _Writer(llama, checker, on_piece, repeat=None if grammar else REPEAT_WINDOW)
         finish = writer.run(limit, stop)
     return Decoded(
         text=writer.text,
@@ -355,10 +364,19 @@ class _Grammar:
 class _Writer:
     """The decoding loop: pick, accept, stream, evaluate."""
 
-    def __init__(self, llama: Any, grammar: _Grammar, on_piece: Callable[[str], None] | None):
+    def __init__(
+        self,
+        llama: Any,
+        grammar: _Grammar,
+        on_piece: Callable[[str], None] | None,
+        *,
+        repeat: int | None = None,
+    ):
         self.tokens: list[int] = []
         self.text = ""
         self._llama = llama
+        self._repeat = repeat
+        self._windows: set[tuple[int, ...]] = set()
         self._grammar = grammar
         self._on_piece = on_piece
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="ignore")
@@ -378,10 +396,27 @@ class _Writer:
             self._grammar.accept(token)
             self.tokens.append(token)
             self._emit(self._utf8.decode(self._bytes(token)))
+            if self._repeats():
+                return "repeated"
             if len(self.tokens) >= limit:
                 self._emit(self._utf8.decode(b"", final=True))
                 return "length"
             llama.eval([token])
+
+    def _repeats(self) -> bool:
+        """Whether the answer's last window came before; if so, cut the answer where it began."""
+        k = self._repeat
+        if k is None or len(self.tokens) < k:
+            return False
+        window = tuple(self.tokens[-k:])
+        if window not in self._windows:
+            self._windows.add(window)
+            return False
+        del self.tokens[-k:]
+        text = b"".join(self._bytes(token) for token in self.tokens).decode("utf-8", "ignore")
+        end = max(text.rfind(mark) for mark in (".", "!", "?", "\n"))
+        self.text = (text[: end + 1] if end > 0 else text).rstrip()  # a whole sentence last
+        return True
 
     def _emit(self, piece: str) -> None:
         if piece:

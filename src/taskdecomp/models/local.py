@@ -408,7 +408,7 @@ class LocalModel:
             text=decoded.text,
             tokens_in=decoded.tokens_in,
             tokens_out=decoded.tokens_out,
-            finish_reason=decoded.finish_reason,
+            finish_reason="stop" if decoded.finish_reason == "repeated" else decoded.finish_reason,
         )
 
     def _grammar(self, request: ModelRequest) -> str | None:
