@@ -114,7 +114,7 @@ def test_the_answer_is_token_identical_to_create_chat_completion(llama: Any, cas
     expected = reference(llama, messages, grammar, max_tokens)
     llama.reset()
 
-    decoded = decode(llama, messages, grammar=grammar, max_tokens=max_tokens)
+    decoded = decode(llama, messages, grammar=grammar, max_tokens=max_tokens, close_repeats=False)
 
     assert_same_answer(decoded, expected)
     assert decoded.tokens_out > 0
@@ -138,6 +138,30 @@ def test_free_text_that_loops_is_cut_where_the_loop_began(llama: Any) -> None:
     tokens = list(decoded.tokens)
     windows = [tuple(tokens[i : i + REPEAT_WINDOW]) for i in range(len(tokens) - REPEAT_WINDOW + 1)]
     assert len(windows) == len(set(windows))  # what is left does not repeat itself
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_json_string_that_loops_is_closed_and_the_answer_stays_valid(llama: Any) -> None:
+    from taskdecomp.models.llama_decode import decode
+
+    schema = {
+        "type": "object",
+        "properties": {"days": {"type": "string"}},
+        "required": ["days"],
+        "additionalProperties": False,
+    }
+    grammar = schema_grammar(schema)
+    messages = [{"role": "user", "content": "As JSON: list the days of the week, over and over."}]
+    looping, _, _ = reference(llama, messages, grammar, 300)
+    llama.reset()
+
+    decoded = decode(llama, messages, grammar=grammar, max_tokens=300)
+
+    assert decoded.closed_repeat and decoded.finish_reason == "stop"
+    assert decoded.tokens_out < 150 and len(decoded.text) < len(looping)
+    days = json.loads(decoded.text)["days"]
+    assert days and looping.startswith(decoded.text[: decoded.text.rindex('"')])
 
 
 @pytest.mark.slow

@@ -2,7 +2,8 @@
 
 :func:`decode` writes the answer a ``llama_cpp.Llama`` gives at temperature 0 with
 ``create_chat_completion(messages, grammar=..., temperature=0)``, token for token, at a
-fraction of the grammar's cost:
+fraction of the grammar's cost, except that text which begins to repeat itself is ended
+(:data:`REPEAT_WINDOW`; ``close_repeats=False`` leaves it):
 
 - **Lazy grammar.** llama-cpp-python asks the grammar about every token of the vocabulary
   (49k for SmolLM2) before each pick. Here the grammar first judges only the model's top
@@ -32,6 +33,7 @@ import hashlib
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,12 +53,14 @@ SHORTLIST = 256
 """How many of the likeliest tokens the grammar judges before it judges the whole vocabulary."""
 
 REPEAT_WINDOW = 24
-"""Free text ends when its last this many tokens already came, in that order, earlier in it.
+"""Text repeats itself when its last this many tokens already came, in that order, before.
 
 Greedy decoding of a small model falls into loops (the same paragraph again and again until
-``max_tokens``); the answer is cut where the repeat began, at the end of the sentence before
-it (its ``tokens`` keep what was written up to the repeat). Grammar answers are left alone:
-a plan's steps legitimately share long runs of tokens."""
+``max_tokens``). Free text is cut where the repeat began, at the end of the sentence before
+it (its ``tokens`` keep what was written up to the repeat). Under a grammar, only runs
+without a double quote count (text inside one JSON string: a plan's steps legitimately share
+runs of keys and punctuation); once one repeats, the string is closed at the first token
+that closes it, and the answer goes on under its grammar."""
 
 ROOT = b"root"
 """The grammar's start rule."""
@@ -83,6 +87,8 @@ class Decoded:
     vocabulary_scans: int
     """Tokens for which the grammar had to judge the whole vocabulary."""
     finish_reason: Finish
+    closed_repeat: bool = False
+    """A string of a grammar answer began to repeat itself and was closed early."""
 
     @property
     def tokens_out(self) -> int:
@@ -140,6 +146,7 @@ def decode(
     on_piece: Callable[[str], None] | None = None,
     cache: PrefixCache | None = None,
     shared_text: str | None = None,
+    close_repeats: bool = True,
 ) -> Decoded:
     """Answer ``messages`` greedily, under ``grammar`` if one is given.
 
@@ -153,6 +160,8 @@ def decode(
         cache: saved states of prompt prefixes to restore instead of evaluating them.
         shared_text: the start of the last message that requests of this kind share (see
             :func:`prefix_length`); its state is saved with the earlier messages'.
+        close_repeats: end text that repeats itself (see :data:`REPEAT_WINDOW`); ``False``
+            writes exactly what ``create_chat_completion`` writes.
 
     Returns:
         The answer, its token counts and timings.
@@ -177,7 +186,13 @@ def decode(
         )
         reused = _evaluate_prompt(llama, tokens, shared, cache)
         prompted = time.perf_counter()
-        writer = _Writer(llama, checker, on_piece, repeat=None if grammar else REPEAT_WINDOW)
+        writer = _Writer(
+            llama,
+            checker,
+            on_piece,
+            repeats=close_repeats,
+            quotes=_quotes(llama) if grammar and close_repeats else None,
+        )
         finish = writer.run(limit, stop)
     return Decoded(
         text=writer.text,
@@ -189,6 +204,7 @@ def decode(
         grammar_seconds=checker.seconds,
         vocabulary_scans=checker.scans,
         finish_reason=finish,
+        closed_repeat=writer.closed_repeat,
     )
 
 
@@ -336,6 +352,16 @@ class _Grammar:
         finally:
             self.seconds += time.perf_counter() - began
 
+    def choose_among(self, ids: npt.NDArray[np.intc], logits: npt.NDArray[np.single]) -> int | None:
+        """The likeliest of ``ids`` (ascending) the grammar allows, or ``None``."""
+        if not self._sampler or not len(ids):
+            return None
+        began = time.perf_counter()
+        try:
+            return self._best(ids, logits)
+        finally:
+            self.seconds += time.perf_counter() - began
+
     def accept(self, token: int) -> None:
         """Advance the grammar past ``token``."""
         if self._sampler:
@@ -370,12 +396,16 @@ class _Writer:
         grammar: _Grammar,
         on_piece: Callable[[str], None] | None,
         *,
-        repeat: int | None = None,
+        repeats: bool = True,
+        quotes: _Quotes | None = None,
     ):
         self.tokens: list[int] = []
         self.text = ""
+        self.closed_repeat = False
         self._llama = llama
-        self._repeat = repeat
+        self._watch = repeats
+        self._quotes = quotes  # None: free text
+        self._closing = False
         self._windows: set[tuple[int, ...]] = set()
         self._grammar = grammar
         self._on_piece = on_piece
@@ -390,28 +420,47 @@ class _Writer:
                 return "cancelled"
             pointer = llama_cpp.llama_get_logits_ith(llama.ctx, -1)
             logits = np.ctypeslib.as_array(pointer, shape=(n_vocab,))
-            token = self._grammar.choose(logits)
+            token = self._pick(logits)
             if token is None or self._grammar.is_end(token):
                 return "stop"  # llama.cpp's greedy pick among no allowed token is token 0, EOG
             self._grammar.accept(token)
             self.tokens.append(token)
-            self._emit(self._utf8.decode(self._bytes(token)))
+            piece = self._bytes(token)
+            self._emit(self._utf8.decode(piece))
+            if self._closing and piece.startswith(b'"'):
+                self._closing = False
             if self._repeats():
-                return "repeated"
+                if self._quotes is None:
+                    return "repeated"
+                self._closing = self.closed_repeat = True
             if len(self.tokens) >= limit:
                 self._emit(self._utf8.decode(b"", final=True))
                 return "length"
             llama.eval([token])
 
+    def _pick(self, logits: npt.NDArray[np.single]) -> int | None:
+        if self._closing and self._quotes is not None:
+            closing = self._grammar.choose_among(self._quotes.starts, logits)
+            if closing is not None:
+                return closing
+        return self._grammar.choose(logits)
+
     def _repeats(self) -> bool:
-        """Whether the answer's last window came before; if so, cut the answer where it began."""
-        k = self._repeat
-        if k is None or len(self.tokens) < k:
+        """Whether the answer's last window came before (see :data:`REPEAT_WINDOW`).
+
+        Free text is then cut where the repeat began.
+        """
+        k = REPEAT_WINDOW
+        if not self._watch or len(self.tokens) < k:
             return False
         window = tuple(self.tokens[-k:])
+        if self._quotes is not None and self._quotes.inside[list(window)].any():
+            return False
         if window not in self._windows:
             self._windows.add(window)
             return False
+        if self._quotes is not None:
+            return True
         del self.tokens[-k:]
         text = b"".join(self._bytes(token) for token in self.tokens).decode("utf-8", "ignore")
         end = max(text.rfind(mark) for mark in (".", "!", "?", "\n"))
@@ -431,6 +480,38 @@ class _Writer:
             self._piece = ctypes.create_string_buffer(-n)
             n = llama_cpp.llama_token_to_piece(vocab, token, self._piece, -n, 0, False)
         return self._piece.raw[:n]
+
+
+@dataclass(frozen=True, slots=True)
+class _Quotes:
+    """Where a model's vocabulary has double quotes."""
+
+    starts: npt.NDArray[np.intc]
+    """Tokens whose text begins with one, ascending."""
+    inside: npt.NDArray[np.bool_]
+    """For each token, whether its text holds one."""
+
+
+_QUOTES: weakref.WeakKeyDictionary[Any, _Quotes] = weakref.WeakKeyDictionary()
+
+
+def _quotes(llama: Any) -> _Quotes:
+    """The model's :class:`_Quotes`, read from its vocabulary once."""
+    model = llama._model
+    found = _QUOTES.get(model)
+    if found is None:
+        vocab, n = model.vocab, int(llama.n_vocab())
+        buffer = ctypes.create_string_buffer(256)
+        inside = np.zeros(n, dtype=np.bool_)
+        starts = []
+        for token in range(n):
+            length = llama_cpp.llama_token_to_piece(vocab, token, buffer, 256, 0, False)
+            piece = buffer.raw[: max(length, 0)]
+            inside[token] = b'"' in piece
+            if piece.startswith(b'"'):
+                starts.append(token)
+        found = _QUOTES[model] = _Quotes(np.array(starts, dtype=np.intc), inside)
+    return found
 
 
 # -- saved prefixes ----------------------------------------------------------------------
