@@ -90,6 +90,17 @@ def assert_same_answer(decoded: Any, expected: Any) -> None:
     assert list(written) == evaluated
 
 
+def assert_restored(
+    llama: Any, messages: Messages, decoded: Any, cache: Any, expected: Any
+) -> None:
+    """The answer is the reference one, and its shared prefix came from ``cache`` once."""
+    from taskdecomp.models.llama_decode import prefix_length, prompt_tokens
+
+    assert decoded.tokens_reused == prefix_length(llama, messages, prompt_tokens(llama, messages))
+    assert cache.hits == 1
+    assert_same_answer(decoded, expected)
+
+
 CASES = {
     "json-schema object": (
         [{"role": "user", "content": "Give a person's name and age as JSON."}],
@@ -233,7 +244,7 @@ def test_a_second_request_with_the_same_system_prompt_evaluates_only_its_own_par
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_saved_prefix_is_restored_after_another_prompt_took_the_context(llama: Any) -> None:
-    from taskdecomp.models.llama_decode import PrefixCache, decode, prefix_length, prompt_tokens
+    from taskdecomp.models.llama_decode import PrefixCache, decode
 
     cache = PrefixCache()
     messages = plan_messages()
@@ -246,9 +257,7 @@ def test_a_saved_prefix_is_restored_after_another_prompt_took_the_context(llama:
 
     decoded = decode(llama, messages, grammar=grammar, max_tokens=40, cache=cache)
 
-    assert decoded.tokens_reused == prefix_length(llama, messages, prompt_tokens(llama, messages))
-    assert cache.hits == 1
-    assert_same_answer(decoded, expected)
+    assert_restored(llama, messages, decoded, cache, expected)
 
 
 @pytest.mark.slow
@@ -292,7 +301,7 @@ llama.close()
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_prefix_saved_on_disk_by_another_process_is_restored(llama: Any, tmp_path: Path) -> None:
-    from taskdecomp.models.llama_decode import PrefixCache, decode, prefix_length, prompt_tokens
+    from taskdecomp.models.llama_decode import PrefixCache, decode
 
     messages = plan_messages()
     grammar = plan_grammar()
@@ -310,9 +319,7 @@ def test_a_prefix_saved_on_disk_by_another_process_is_restored(llama: Any, tmp_p
     cache = PrefixCache(tmp_path)
     decoded = decode(llama, messages, grammar=grammar, max_tokens=40, cache=cache)
 
-    assert decoded.tokens_reused == prefix_length(llama, messages, prompt_tokens(llama, messages))
-    assert cache.hits == 1
-    assert_same_answer(decoded, expected)
+    assert_restored(llama, messages, decoded, cache, expected)
 
 
 @pytest.mark.slow
