@@ -475,15 +475,18 @@ def _restrict_object(
     if not isinstance(properties, dict):
         return
     for name, prop in properties.items():
-        target = _resolved(prop, defs)
+        target = resolved(prop, defs)
         if isinstance(target, dict) and _scalar(target):
             fitting = values_for(target, values, name=name, others=names)
             if fitting:
                 properties[name] = {"enum": list(fitting)}
 
 
-def _resolved(schema: Any, defs: Mapping[str, Any]) -> Any:
-    """The definition a local ``$ref`` names (pydantic writes enum classes so)."""
+def resolved(schema: Any, defs: Mapping[str, Any]) -> Any:
+    """The definition a local ``$ref`` names, else ``schema`` itself.
+
+    pydantic refers to enum classes so, and plan schemas to each tool's arguments.
+    """
     ref = schema.get("$ref") if isinstance(schema, dict) else None
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
         return defs.get(ref.removeprefix("#/$defs/"))

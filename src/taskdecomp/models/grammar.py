@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from taskdecomp.models.goal_values import extract_values, restrict_arguments, words_of
+from taskdecomp.models.goal_values import extract_values, resolved, restrict_arguments, words_of
 from taskdecomp.models.patterns import portable_patterns
 
 TITLE_MAX_CHARS = 32
@@ -142,6 +142,11 @@ class _Layout:
         """Most steps."""
         return len(self.positions)
 
+    @property
+    def most_steps(self) -> int:
+        """Most steps a plan can have without calling a tool twice."""
+        return self.max_steps if self.instruction else min(len(self.tools), self.max_steps)
+
 
 def _plan_rule(
     node: Any,
@@ -163,8 +168,7 @@ def _plan_rule(
         return None
     if known:
         layout = _without_invented_ids(layout, defs)
-    most = layout.max_steps if layout.instruction else min(len(layout.tools), layout.max_steps)
-    if not layout.tools or most < layout.min_steps:
+    if not layout.tools or layout.most_steps < layout.min_steps:
         return None  # no plan of the allowed length avoids a repeat: keep the schema's
     return _PlanRules(layout, converter, defs, own, prefix).build(name)
 
@@ -177,19 +181,17 @@ def _without_invented_ids(layout: _Layout, defs: Mapping[str, Any]) -> _Layout:
     Such tools are left out, unless too few tools would remain for the fewest steps.
     """
     kept = tuple(tool for tool in layout.tools if not _needs_invented_id(tool[1], defs))
-    most = layout.max_steps if layout.instruction else min(len(kept), layout.max_steps)
-    if len(kept) == len(layout.tools) or not kept or most < layout.min_steps:
+    fewer = replace(layout, tools=kept)
+    if len(kept) == len(layout.tools) or not kept or fewer.most_steps < layout.min_steps:
         return layout
-    return replace(layout, tools=kept)
+    return fewer
 
 
 def _needs_invented_id(args: Any, defs: Mapping[str, Any]) -> bool:
+    args = resolved(args, defs)
     if not isinstance(args, Mapping):
         return False
-    ref = str(args.get("$ref", ""))
-    if ref.startswith("#/$defs/"):
-        args = defs.get(ref.removeprefix("#/$defs/"), {})
-    properties = args.get("properties", {}) if isinstance(args, Mapping) else {}
+    properties = args.get("properties", {})
     return any(
         "id" in words_of(name) and properties.get(name, {}).get("type") == "integer"
         for name in args.get("required", ())

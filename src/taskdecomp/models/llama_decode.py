@@ -186,13 +186,7 @@ def decode(
         )
         reused = _evaluate_prompt(llama, tokens, shared, cache)
         prompted = time.perf_counter()
-        writer = _Writer(
-            llama,
-            checker,
-            on_piece,
-            repeats=close_repeats,
-            quotes=_quotes(llama) if grammar and close_repeats else None,
-        )
+        writer = _Writer(llama, checker, on_piece, watch=close_repeats)
         finish = writer.run(limit, stop)
     return Decoded(
         text=writer.text,
@@ -330,6 +324,11 @@ class _Grammar:
             llama_cpp.llama_sampler_free(self._sampler)
             self._sampler = None
 
+    @property
+    def constrains(self) -> bool:
+        """Whether there is a grammar (else the answer is free text)."""
+        return self._sampler is not None
+
     def is_end(self, token: int) -> bool:
         """Whether ``token`` ends generation (the grammar allowed it only when complete)."""
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
@@ -396,16 +395,15 @@ class _Writer:
         grammar: _Grammar,
         on_piece: Callable[[str], None] | None,
         *,
-        repeats: bool = True,
-        quotes: _Quotes | None = None,
+        watch: bool = True,
     ):
         self.tokens: list[int] = []
         self.text = ""
         self.closed_repeat = False
         self._llama = llama
-        self._watch = repeats
-        self._quotes = quotes  # None: free text
-        self._closing = False
+        self._watch = watch  # for text that repeats itself
+        self._closing = False  # a repeating string: close it at the first chance
+        self._unquoted = 0  # tokens since the last one holding a double quote
         self._windows: set[tuple[int, ...]] = set()
         self._grammar = grammar
         self._on_piece = on_piece
@@ -427,10 +425,11 @@ class _Writer:
             self.tokens.append(token)
             piece = self._bytes(token)
             self._emit(self._utf8.decode(piece))
+            self._unquoted = 0 if b'"' in piece else self._unquoted + 1
             if self._closing and piece.startswith(b'"'):
                 self._closing = False
             if self._repeats():
-                if self._quotes is None:
+                if not self._grammar.constrains:
                     return "repeated"
                 self._closing = self.closed_repeat = True
             if len(self.tokens) >= limit:
@@ -439,8 +438,8 @@ class _Writer:
             llama.eval([token])
 
     def _pick(self, logits: npt.NDArray[np.single]) -> int | None:
-        if self._closing and self._quotes is not None:
-            closing = self._grammar.choose_among(self._quotes.starts, logits)
+        if self._closing:
+            closing = self._grammar.choose_among(_quote_starts(self._llama), logits)
             if closing is not None:
                 return closing
         return self._grammar.choose(logits)
@@ -453,13 +452,13 @@ class _Writer:
         k = REPEAT_WINDOW
         if not self._watch or len(self.tokens) < k:
             return False
+        if self._grammar.constrains and self._unquoted < k:
+            return False  # under a grammar only text inside one string counts
         window = tuple(self.tokens[-k:])
-        if self._quotes is not None and self._quotes.inside[list(window)].any():
-            return False
         if window not in self._windows:
             self._windows.add(window)
             return False
-        if self._quotes is not None:
+        if self._grammar.constrains:
             return True
         del self.tokens[-k:]
         text = b"".join(self._bytes(token) for token in self.tokens).decode("utf-8", "ignore")
@@ -482,35 +481,25 @@ class _Writer:
         return self._piece.raw[:n]
 
 
-@dataclass(frozen=True, slots=True)
-class _Quotes:
-    """Where a model's vocabulary has double quotes."""
-
-    starts: npt.NDArray[np.intc]
-    """Tokens whose text begins with one, ascending."""
-    inside: npt.NDArray[np.bool_]
-    """For each token, whether its text holds one."""
+_QUOTE_STARTS: weakref.WeakKeyDictionary[Any, npt.NDArray[np.intc]] = weakref.WeakKeyDictionary()
 
 
-_QUOTES: weakref.WeakKeyDictionary[Any, _Quotes] = weakref.WeakKeyDictionary()
+def _quote_starts(llama: Any) -> npt.NDArray[np.intc]:
+    """The tokens whose text begins with a double quote, ascending; read once per model.
 
-
-def _quotes(llama: Any) -> _Quotes:
-    """The model's :class:`_Quotes`, read from its vocabulary once."""
+    Only an answer whose string began to repeat needs them.
+    """
     model = llama._model
-    found = _QUOTES.get(model)
+    found = _QUOTE_STARTS.get(model)
     if found is None:
-        vocab, n = model.vocab, int(llama.n_vocab())
+        vocab = model.vocab
         buffer = ctypes.create_string_buffer(256)
-        inside = np.zeros(n, dtype=np.bool_)
         starts = []
-        for token in range(n):
+        for token in range(int(llama.n_vocab())):
             length = llama_cpp.llama_token_to_piece(vocab, token, buffer, 256, 0, False)
-            piece = buffer.raw[: max(length, 0)]
-            inside[token] = b'"' in piece
-            if piece.startswith(b'"'):
+            if length > 0 and buffer.raw[:1] == b'"':
                 starts.append(token)
-        found = _QUOTES[model] = _Quotes(np.array(starts, dtype=np.intc), inside)
+        found = _QUOTE_STARTS[model] = np.array(starts, dtype=np.intc)
     return found
 
 
