@@ -35,6 +35,7 @@ from taskdecomp.store import (
     codec,
     normalize_url,
     open_store,
+    reads,
     rows,
     schema,
 )
@@ -369,6 +370,19 @@ def test_a_checkpoint_is_one_transaction(store: SqlStore) -> None:
     with pytest.raises(StoreError, match="refused a write"):
         checkpoint_ok(store, plan, 1, "again")  # the attempt is written, then the step clashes
     assert (count(store, schema.attempts), count(store, schema.events)) == before
+    assert store.load_run(RunId("r1")).history[0].observation == "first"
+
+
+def test_a_read_sees_one_snapshot_while_a_writer_commits(store: SqlStore) -> None:
+    """A run read as its writer commits sees the run before the commit or after it, never
+    a step's result without the plan it belongs to."""
+    plan = make_plan("s1")
+    store.create_run(new_run())
+    with store.read() as conn:
+        assert conn.execute(select(schema.runs.c.id)).scalar_one() == "r1"
+        store.save_plan(RunId("r1"), plan, events=[])  # another connection commits
+        checkpoint_ok(store, plan, 1, "first")
+        assert reads.load_run(conn, RunId("r1"), store=store.name).plan is None
     assert store.load_run(RunId("r1")).history[0].observation == "first"
 
 

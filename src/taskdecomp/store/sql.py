@@ -146,6 +146,10 @@ class SqlStore:
         """The wall clock stored times come from."""
         self._engine = self._create_engine()
         self._reader = self._engine.execution_options(**{_BEGIN: "BEGIN"})
+        if self._engine.dialect.name == "postgresql":
+            # One snapshot for a whole read: a run read while its writer commits must not
+            # see a step's result from after the plan it read.
+            self._reader = self._reader.execution_options(isolation_level="REPEATABLE READ")
         self._lazy = self._engine.execution_options(**{_LAZY: True})
         self._batch = threading.local()
         self._count = threading.Lock()
@@ -262,7 +266,11 @@ class SqlStore:
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        """A read transaction (plain ``BEGIN`` on SQLite); driver errors as StoreError."""
+        """A read transaction on one snapshot; driver errors as StoreError.
+
+        A plain ``BEGIN`` on SQLite (WAL gives it a snapshot at its first read);
+        ``REPEATABLE READ`` on PostgreSQL.
+        """
         with self._errors(), self._reader.begin() as conn:
             yield conn
 
