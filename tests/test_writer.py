@@ -94,6 +94,45 @@ def test_a_failing_write_fails_alone_and_the_rest_of_its_group_commits(store: Sq
 
 
 @pytest.mark.usefixtures("run_row")
+def test_a_posted_write_that_fails_reports_to_its_callback_and_the_rest_commit(
+    store: SqlStore,
+) -> None:
+    gate = threading.Event()
+    errors: list[tuple[str, BaseException]] = []
+    writer = GroupWriter(store, name="test", linger=0)
+    writer.submit(lambda: gate.wait(10))
+
+    def broken() -> None:
+        put_event(store, 99)
+        raise StoreError("the disk is full")
+
+    for name, write in (("good", lambda: put_event(store, 1)), ("bad", broken)):
+        writer.post(write, on_error=lambda exc, name=name: errors.append((name, exc)))
+    writer.post(lambda: put_event(store, 2), on_error=lambda exc: errors.append(("later", exc)))
+    gate.set()
+    writer.close()
+    assert [(name, str(exc)) for name, exc in errors] == [("bad", "the disk is full")]
+    assert kinds(store) == ["e1", "e2"]
+
+
+@pytest.mark.usefixtures("run_row")
+def test_posted_writes_linger_together_until_a_durable_write_or_a_close_ends_the_wait(
+    store: SqlStore,
+) -> None:
+    writer = GroupWriter(store, name="test", linger=600)  # only a wake-up ends the wait
+    before = store.commits
+    for n in range(1, 4):
+        writer.post(lambda n=n: put_event(store, n), on_error=pytest.fail)
+    writer.submit(lambda: put_event(store, 4), durable=True).result(60)
+    assert (store.commits - before, kinds(store)) == (1, ["e1", "e2", "e3", "e4"])
+    writer.post(lambda: put_event(store, 5), on_error=pytest.fail)
+    closing = threading.Thread(target=writer.close)
+    closing.start()
+    closing.join(60)
+    assert not closing.is_alive() and kinds(store)[-1] == "e5"
+
+
+@pytest.mark.usefixtures("run_row")
 def test_a_write_cancelled_before_it_runs_is_not_made(store: SqlStore) -> None:
     gate = threading.Event()
     writer = GroupWriter(store, name="test", linger=0)

@@ -42,9 +42,9 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, TypeVar, assert_never
 
@@ -524,8 +524,7 @@ class Journal:
             self.fenced(write)
             return
         self.check()
-        future = self._writer.submit(write)
-        future.add_done_callback(lambda done: self._written(done, best_effort))
+        self._writer.post(write, on_error=partial(self._write_failed, best_effort))
 
     async def durably(self, write: Callable[[], _T]) -> _T:
         """Make a fenced write that is on disk, with every write before it, when this returns.
@@ -543,14 +542,13 @@ class Journal:
             self.lost = exc
             raise StopRun(stops.LEASE_LOST, message=str(exc)) from exc
 
-    def _written(self, future: Future[object], best_effort: str | None) -> None:
+    def _write_failed(self, best_effort: str | None, exc: BaseException) -> None:
         """Remember how a queued write failed (runs on the writer's thread)."""
-        exc = future.exception()
         if isinstance(exc, LeaseLostError):
             self.lost = self.lost or exc
-        elif exc is not None and best_effort is not None:
+        elif best_effort is not None:
             logger.error("could not record %s", best_effort, exc_info=exc)
-        elif exc is not None and self.failed is None:
+        elif self.failed is None:
             self.failed = exc
 
     def fenced(self, write: Callable[[], _T]) -> _T:

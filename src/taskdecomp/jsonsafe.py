@@ -47,6 +47,21 @@ def dumps(value: Any, **kwargs: Any) -> str:
         raise StrictJSONError(f"not JSON: {exc}") from exc
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+
+
+def compact(value: Any) -> str:
+    """``dumps(value, ensure_ascii=True, separators=(",", ":"))``, with one encoder kept.
+
+    Raises:
+        StrictJSONError: as :func:`dumps`.
+    """
+    try:
+        return _COMPACT.encode(value)
+    except (ValueError, TypeError, RecursionError):
+        return dumps(value, ensure_ascii=True, separators=(",", ":"))  # raises, saying why
+
+
 def loads(text: str | bytes, **kwargs: Any) -> Any:
     """:func:`json.loads` that refuses ``NaN``, ``Infinity`` and numbers beyond a float.
 

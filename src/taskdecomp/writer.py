@@ -18,11 +18,10 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from taskdecomp.store.base import Store
 
@@ -33,7 +32,20 @@ _T = TypeVar("_T")
 class _Write(Generic[_T]):
     write: Callable[[], _T]
     durable: bool
-    future: Future[_T] = field(default_factory=Future)
+    future: Future[_T] | None
+    """Where the outcome goes when someone waits for it."""
+    on_error: Callable[[BaseException], object] | None = None
+    """Where a failure goes otherwise (see :meth:`GroupWriter.post`)."""
+
+    def ended(self, result: _T) -> None:
+        if self.future is not None:
+            self.future.set_result(result)
+
+    def failed(self, exc: BaseException) -> None:
+        if self.future is not None:
+            self.future.set_exception(exc)
+        elif self.on_error is not None:
+            self.on_error(exc)
 
 
 _STOP = object()
@@ -42,7 +54,6 @@ DEFAULT_LINGER = 0.005
 """Seconds a group of writes that need not be durable waits for more (see GroupWriter)."""
 
 
-@runtime_checkable
 class Joinable(Protocol):
     """A write that can be made in one call with the writes of the same ``join_key``."""
 
@@ -75,17 +86,33 @@ class GroupWriter:
         self._store = store
         self._linger = linger
         self._queue: queue.SimpleQueue[_Write[Any] | object] = queue.SimpleQueue()
+        self._urgent = threading.Event()  # a durable write or a stop is queued
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
         self._closed = False
 
     def submit(self, write: Callable[[], _T], *, durable: bool = False) -> Future[_T]:
         """Queue ``write``; its future ends when the transaction it is in has committed."""
+        future: Future[_T] = Future()
+        self._put(_Write(write=write, durable=durable, future=future))
+        return future
+
+    def post(
+        self, write: Callable[[], object], *, on_error: Callable[[BaseException], object]
+    ) -> None:
+        """Queue a write nobody waits for; a failure goes to ``on_error``, on this thread.
+
+        Cheaper than :meth:`submit` (no future to make and end), which counts when every
+        step of a run posts one.
+        """
+        self._put(_Write(write=write, durable=False, future=None, on_error=on_error))
+
+    def _put(self, item: _Write[Any]) -> None:
         if self._closed:
             raise RuntimeError("the writer is closed")
-        item = _Write(write=write, durable=durable)
         self._queue.put(item)
-        return item.future
+        if item.durable:
+            self._urgent.set()
 
     async def durable(self, write: Callable[[], _T]) -> _T:
         """Queue ``write`` and wait, without blocking the loop, until it is on disk.
@@ -109,6 +136,7 @@ class GroupWriter:
             self.flush()
         self._closed = True
         self._queue.put(_STOP)
+        self._urgent.set()
         self._thread.join()
 
     def _loop(self) -> None:
@@ -121,16 +149,19 @@ class GroupWriter:
     def _next_group(self) -> list[_Write[Any]] | None:
         """The next writes to commit together: the first one and what comes ``linger`` after.
 
-        A durable write (or a stop) ends the wait at once.
+        A durable write (or a stop) ends the wait at once. Only those wake the thread while
+        it lingers: the writes in between are queued for it without a thread switch each.
         """
         first = self._queue.get()
         if first is _STOP:
             return None
         group: list[_Write[Any]] = [first]  # type: ignore[list-item]  # only _Write or _STOP
-        until = time.monotonic() + self._linger
+        if not group[0].durable:
+            self._urgent.wait(self._linger)
+        self._urgent.clear()
         while not group[-1].durable:
             try:
-                item = self._queue.get(timeout=max(0.0, until - time.monotonic()))
+                item = self._queue.get_nowait()
             except queue.Empty:
                 return group
             if item is _STOP:
@@ -140,7 +171,11 @@ class GroupWriter:
         return group
 
     def _commit(self, group: list[_Write[Any]]) -> None:
-        group = [item for item in group if item.future.set_running_or_notify_cancel()]
+        group = [
+            item
+            for item in group
+            if item.future is None or item.future.set_running_or_notify_cancel()
+        ]
         if not group:
             return
         durable = any(item.durable for item in group)
@@ -150,22 +185,22 @@ class GroupWriter:
                 results = _make(group)
         except BaseException as exc:  # reported through the futures
             if len(group) == 1:
-                group[0].future.set_exception(exc)
+                group[0].failed(exc)
                 return
             for item in group:  # one by one, so each write learns its own outcome
                 self._retry(item)
             return
         for item, result in zip(group, results, strict=True):
-            item.future.set_result(result)
+            item.ended(result)
 
     def _retry(self, item: _Write[Any]) -> None:
         try:
             with self._store.batch(durable=item.durable):
                 result = item.write()
         except BaseException as exc:  # reported through the future
-            item.future.set_exception(exc)
+            item.failed(exc)
         else:
-            item.future.set_result(result)
+            item.ended(result)
 
 
 def _make(group: list[_Write[Any]]) -> list[Any]:
@@ -174,22 +209,25 @@ def _make(group: list[_Write[Any]]) -> list[Any]:
     index = 0
     while index < len(group):
         first = group[index].write
+        key = _join_key(first)
         end = index + 1
-        if isinstance(first, Joinable):
-            while end < len(group) and _joins(first, group[end].write):
-                end += 1
-            if end - index > 1:
-                first.join([cast(Joinable, item.write) for item in group[index:end]])
-                results += [None] * (end - index)
-                index = end
-                continue
-        results.append(first())
+        while key is not None and end < len(group) and _join_key(group[end].write) == key:
+            end += 1
+        if end - index > 1:
+            cast(Joinable, first).join([cast(Joinable, item.write) for item in group[index:end]])
+            results += [None] * (end - index)
+        else:
+            results.append(first())
         index = end
     return results
 
 
-def _joins(first: Joinable, write: Callable[[], Any]) -> bool:
-    return isinstance(write, Joinable) and write.join_key == first.join_key
+def _join_key(write: Callable[[], Any]) -> Hashable | None:
+    """The :class:`Joinable` key of ``write``, ``None`` for other writes.
+
+    Looked up, not ``isinstance``-checked: a protocol check costs as much as the write.
+    """
+    return cast(Hashable | None, getattr(write, "join_key", None))
 
 
 def _nothing() -> None:

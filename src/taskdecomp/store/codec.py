@@ -72,7 +72,7 @@ def encode_json(value: Any, *, what: str) -> str:
             set, an object) or is too long.
     """
     try:
-        text = jsonsafe.dumps(value, ensure_ascii=True, separators=(",", ":"))
+        text = jsonsafe.compact(value)
     except StrictJSONError as exc:
         raise StoreValueError(f"{what} cannot be stored as JSON: {exc}") from exc
     return _capped(text, what)

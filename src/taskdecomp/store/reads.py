@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias, get_args
 
 from pydantic import TypeAdapter
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Row, bindparam, select
 
 from taskdecomp.budget import Usage
 from taskdecomp.errors import CorruptRecordError, RunNotFoundError
@@ -47,10 +47,13 @@ _MAPPING = TypeAdapter(dict[str, Any])
 AnyRow: TypeAlias = Row[*tuple[Any, ...]]
 
 
+_RUN_ID = select(schema.runs.c.id).where(schema.runs.c.id == bindparam("b_key"))
+
+
 def run_exists(conn: Connection, run_id: RunId) -> bool:
     """Whether a run with this id is stored."""
     key = encode_text(run_id, what="run id")
-    return conn.execute(select(schema.runs.c.id).where(schema.runs.c.id == key)).first() is not None
+    return conn.execute(_RUN_ID, {"b_key": key}).first() is not None
 
 
 def load_run(conn: Connection, run_id: RunId, *, store: str) -> StoredRun:

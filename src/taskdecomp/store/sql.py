@@ -65,11 +65,15 @@ _BEGIN = "taskdecomp_sqlite_begin"
 _LAZY = "taskdecomp_lazy_commit"
 """Execution option: this write transaction need not be durable when it commits."""
 
+_SYNC = "taskdecomp_sqlite_synchronous"
+"""Key in a SQLite connection's info: the ``synchronous`` setting it has now."""
+
 DEFAULT_BUSY_TIMEOUT = 5.0
 """Seconds a SQLite writer waits for another process's lock before giving up."""
 
 # The checkpoint's statements, built once: values travel as parameters, so a checkpoint
 # spends its time in the database, not in building SQL expressions.
+_INSERT_RUN = insert(schema.runs)
 _INSERT_ATTEMPT = insert(schema.attempts)
 _INSERT_STEP = insert(schema.steps)
 _INSERT_EVENTS = insert(schema.events)
@@ -198,11 +202,12 @@ class SqlStore:
         busy_ms = int(self._busy_timeout * 1000)
 
         @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+        def _on_connect(dbapi_conn: DBAPIConnection, record: ConnectionPoolEntry) -> None:
             dbapi_conn.isolation_level = None  # sqlite3: let SQLAlchemy emit BEGIN
             cursor = dbapi_conn.cursor()
             for pragma in ("journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON"):
                 cursor.execute(f"PRAGMA {pragma}")
+            record.info[_SYNC] = "FULL"
             cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
             cursor.close()
 
@@ -210,8 +215,11 @@ class SqlStore:
         def _on_begin(conn: Connection) -> None:
             options = conn.get_execution_options()
             begin = options.get(_BEGIN, "BEGIN IMMEDIATE")
-            if begin != "BEGIN":  # a write: say how hard its commit must wait for the disk
-                conn.exec_driver_sql(f"PRAGMA synchronous={_sqlite_sync(options)}")
+            sync = _sqlite_sync(options)
+            if begin != "BEGIN" and conn.info.get(_SYNC) != sync:
+                # a write: say how hard its commit must wait for the disk, when that changes
+                conn.exec_driver_sql(f"PRAGMA synchronous={sync}")
+                conn.info[_SYNC] = sync
             conn.exec_driver_sql(begin)
 
         return engine
@@ -323,7 +331,7 @@ class SqlStore:
                 raise StoreError(
                     f"a run with id {run.run_id!r} is already stored; resume it or pick another id"
                 )
-            conn.execute(insert(schema.runs).values(**row))
+            conn.execute(_INSERT_RUN, row)
         if owner is None:
             return None
         return Lease(run_id=run.run_id, owner=owner, epoch=1, ttl=ttl, expires_at=now + ttl)
