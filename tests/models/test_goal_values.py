@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given
@@ -17,6 +17,8 @@ from taskdecomp.models.goal_values import (
 )
 from taskdecomp.models.schemas import plan_schema
 from taskdecomp.tools import Toolset
+
+Currency = Literal["EUR", "USD", "GBP", "JPY"]
 
 MONTH_NAMES = [datetime.date(2000, m, 1).strftime("%B") for m in range(1, 13)]
 
@@ -335,6 +337,28 @@ def test_an_integer_goes_to_the_argument_of_any_tool_that_names_it() -> None:
 
     assert restricted["$defs"]["tool__book__args"]["properties"]["booking_id"] == {"enum": [1042]}
     assert restricted["$defs"]["tool__stay__args"]["properties"]["nights"] == {"enum": [3]}
+
+
+def convert(amount: float, from_currency: Currency, to_currency: Currency) -> None:
+    """A tool whose two arguments share one enum."""
+
+
+def test_an_enum_shared_by_two_arguments_is_restricted_only_when_the_goal_names_two() -> None:
+    catalog = Toolset.from_functions([convert]).catalog(["convert"])
+    schema = plan_schema(catalog, min_steps=1, max_steps=1)
+
+    def props(goal: str) -> dict[str, Any]:
+        restricted = restrict_arguments(schema, extract_values(goal))
+        found: dict[str, Any] = restricted["$defs"]["tool__convert__args"]["properties"]
+        return found
+
+    one = props("How much is 250 USD in euros?")  # "euros" names no member
+    free = schema["$defs"]["tool__convert__args"]["properties"]
+    assert one["from_currency"] == free["from_currency"]  # both keep every member
+    assert one["to_currency"] == free["to_currency"]
+    assert free["to_currency"]["enum"] == ["EUR", "USD", "GBP", "JPY"]
+    two = props("Convert 100 USD to GBP")
+    assert two["from_currency"] == two["to_currency"] == {"enum": ["USD", "GBP"]}
 
 
 def test_inline_args_and_enum_definitions_are_restricted_too() -> None:

@@ -261,6 +261,42 @@ def forecast(city: str, day: Day) -> str:
     return city
 
 
+def booking(booking_id: int) -> str:
+    """A booking."""
+    return str(booking_id)
+
+
+def cancel(booking_id: int, reason: Literal["price", "other"]) -> str:
+    """Cancel a booking."""
+    return reason
+
+
+def convert(amount: float) -> str:
+    """Convert an amount."""
+    return str(amount)
+
+
+def test_a_tool_whose_formatted_argument_the_goal_does_not_give_is_left_out(
+    engine: Engine,
+) -> None:
+    toolset = Toolset.from_functions([booking, cancel, convert, forecast])
+    schema = plan_schema(toolset.catalog(toolset.keys()), min_steps=3, max_steps=4)
+    steps = [
+        step(1, "booking", args={"booking_id": 1042}),
+        step(2, "cancel", args={"booking_id": 1042, "reason": "price"}),
+        step(3, "convert", args={"amount": 1.5}),
+    ]
+    day = step(4, "forecast", args={"city": "Oslo", "day": "2026-01-02"})
+    short, long = {"kind": "plan", "steps": steps}, {"kind": "plan", "steps": [*steps, day]}
+
+    no_day = grammar_for(schema, goal="Cancel booking 1042, too expensive")
+    assert engine.accepts(no_day, short)
+    assert not engine.accepts(no_day, long)  # the plan could only invent the day
+    assert engine.accepts(grammar_for(schema), long)
+    given = grammar_for(schema, goal="Cancel booking 1042 and the Oslo weather on 2026-01-02")
+    assert engine.accepts(given, long)
+
+
 def hotels(city: str, check_in: Day, nights: int) -> str:
     """Hotels in a city."""
     return city

@@ -474,12 +474,29 @@ def _restrict_object(
     properties = node.get("properties")
     if not isinstance(properties, dict):
         return
-    for name, prop in properties.items():
-        target = resolved(prop, defs)
+    targets = {name: resolved(prop, defs) for name, prop in properties.items()}
+    for name, target in targets.items():
         if isinstance(target, dict) and _scalar(target):
             fitting = values_for(target, values, name=name, others=names)
-            if fitting:
+            if fitting and len(fitting) >= _sharing(target, targets):
                 properties[name] = {"enum": list(fitting)}
+
+
+def _sharing(target: Mapping[str, Any], targets: Mapping[str, Any]) -> int:
+    """How many arguments of one object take the members of ``target``'s enum (1 if none).
+
+    Several arguments with one enum (a ``from_currency`` and a ``to_currency``) are
+    restricted only when the goal names as many members as there are such arguments:
+    else each would be held to the one currency the goal names, and one of them wrongly.
+    """
+    members = target.get("enum")
+    if members is None:
+        return 1
+    return sum(
+        1
+        for other in targets.values()
+        if isinstance(other, Mapping) and other.get("enum") == members
+    )
 
 
 def resolved(schema: Any, defs: Mapping[str, Any]) -> Any:

@@ -17,9 +17,10 @@ converter (``llama_cpp.llama_grammar.SchemaConverter``) and adds:
   (:data:`TITLE_MAX_CHARS`): fewer tokens to write.
 - **Goal values** (``goal=``): every string or integer tool argument for which the goal
   offers fitting values (:mod:`~taskdecomp.models.goal_values`) can take only those. A
-  tool with a required integer id the goal does not give (``booking_id`` when the goal
-  names no number) is left out of the plan, as a plan could only invent the id, unless
-  too few tools would remain for the fewest steps.
+  tool with a required argument the goal must give and does not is left out of the plan,
+  as a plan could only invent it, unless too few tools would remain for the fewest steps:
+  an integer id (``booking_id`` when the goal names no number) or a string of a declared
+  format (a ``pattern`` or ``format``: a day ``YYYY-MM-DD`` when the goal names none).
 - **No whitespace** between JSON tokens: the converter allows one optional space after
   each; here there is none, so the model writes compact JSON in fewer tokens.
 
@@ -160,42 +161,48 @@ def _plan_rule(
 ) -> str | None:
     """Add the rules of the plan ``node`` (its own rule is ``name``) and return ``name``.
 
-    ``known``: the goal is known, so a tool needing an id it does not give is left out.
+    ``known``: the goal is known, so a tool needing a value it does not give is left out.
     ``None`` when ``node`` is no plan schema, or one that this grammar leaves as it is.
     """
     layout = _layout(node, defs)
     if layout is None:
         return None
     if known:
-        layout = _without_invented_ids(layout, defs)
+        layout = _without_invented_values(layout, defs)
     if not layout.tools or layout.most_steps < layout.min_steps:
         return None  # no plan of the allowed length avoids a repeat: keep the schema's
     return _PlanRules(layout, converter, defs, own, prefix).build(name)
 
 
-def _without_invented_ids(layout: _Layout, defs: Mapping[str, Any]) -> _Layout:
-    """The layout without the tools that need an id the goal does not give.
+def _without_invented_values(layout: _Layout, defs: Mapping[str, Any]) -> _Layout:
+    """The layout without the tools that need a value the goal does not give.
 
-    A required integer argument named as an id (``id``, ``booking_id``, ``customerId``) that
-    the goal offered no value for is still a bare integer here: a plan could only invent it.
-    Such tools are left out, unless too few tools would remain for the fewest steps.
+    A required integer argument named as an id (``id``, ``booking_id``, ``customerId``), or
+    a required string of a declared format, that the goal offered no value for still has
+    its bare schema here: a plan could only invent the value. Such tools are left out,
+    unless too few tools would remain for the fewest steps.
     """
-    kept = tuple(tool for tool in layout.tools if not _needs_invented_id(tool[1], defs))
+    kept = tuple(tool for tool in layout.tools if not _needs_invented_value(tool[1], defs))
     fewer = replace(layout, tools=kept)
     if len(kept) == len(layout.tools) or not kept or fewer.most_steps < layout.min_steps:
         return layout
     return fewer
 
 
-def _needs_invented_id(args: Any, defs: Mapping[str, Any]) -> bool:
+def _needs_invented_value(args: Any, defs: Mapping[str, Any]) -> bool:
     args = resolved(args, defs)
     if not isinstance(args, Mapping):
         return False
     properties = args.get("properties", {})
-    return any(
-        "id" in words_of(name) and properties.get(name, {}).get("type") == "integer"
-        for name in args.get("required", ())
-    )
+    for name in args.get("required", ()):
+        prop = resolved(properties.get(name, {}), defs)
+        if not isinstance(prop, Mapping):
+            continue
+        if prop.get("type") == "integer" and "id" in words_of(name):
+            return True
+        if prop.get("type") == "string" and ("pattern" in prop or "format" in prop):
+            return True
+    return False
 
 
 def _layout(node: Any, defs: Mapping[str, Any]) -> _Layout | None:
