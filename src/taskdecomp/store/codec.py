@@ -36,6 +36,8 @@ def encode_text(value: str, *, what: str) -> str:
     Raises:
         StoreValueError: the encoded text is longer than :data:`MAX_STORED_CHARS`.
     """
+    if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        return _capped(value, what)  # nothing to escape: ids, keys, names
     return _capped(json.dumps(value, ensure_ascii=True)[1:-1], what)
 
 
