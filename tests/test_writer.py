@@ -133,6 +133,29 @@ def test_posted_writes_linger_together_until_a_durable_write_or_a_close_ends_the
 
 
 @pytest.mark.usefixtures("run_row")
+def test_a_durable_write_queued_behind_another_does_not_wait_out_a_linger(
+    store: SqlStore,
+) -> None:
+    gate, inside = threading.Event(), threading.Event()
+
+    def first() -> None:
+        inside.set()
+        gate.wait(10)
+        put_event(store, 0)
+
+    writer = GroupWriter(store, name="test", linger=600)
+    writer.submit(first, durable=True)
+    assert inside.wait(10)
+    writer.submit(lambda: put_event(store, 1), durable=True)  # a group of its own
+    writer.post(lambda: put_event(store, 2), on_error=pytest.fail)
+    last = writer.submit(lambda: put_event(store, 3), durable=True)
+    gate.set()
+    last.result(60)  # the write before it lingers only while no durable write is queued
+    assert kinds(store) == ["e0", "e1", "e2", "e3"]
+    writer.close()
+
+
+@pytest.mark.usefixtures("run_row")
 def test_a_write_cancelled_before_it_runs_is_not_made(store: SqlStore) -> None:
     gate = threading.Event()
     writer = GroupWriter(store, name="test", linger=0)

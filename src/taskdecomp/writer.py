@@ -86,7 +86,9 @@ class GroupWriter:
         self._store = store
         self._linger = linger
         self._queue: queue.SimpleQueue[_Write[Any] | object] = queue.SimpleQueue()
-        self._urgent = threading.Event()  # a durable write or a stop is queued
+        self._urgent = threading.Event()  # set while a durable write or a stop is queued
+        self._urgent_count = 0
+        self._urgent_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
         self._closed = False
@@ -100,7 +102,7 @@ class GroupWriter:
     def post(
         self, write: Callable[[], object], *, on_error: Callable[[BaseException], object]
     ) -> None:
-        """Queue a write nobody waits for; a failure goes to ``on_error``, on this thread.
+        """Queue a write nobody waits for; a failure goes to ``on_error`` on the writer thread.
 
         Cheaper than :meth:`submit` (no future to make and end), which counts when every
         step of a run posts one.
@@ -112,7 +114,7 @@ class GroupWriter:
             raise RuntimeError("the writer is closed")
         self._queue.put(item)
         if item.durable:
-            self._urgent.set()
+            self._urgent_queued(1)
 
     async def durable(self, write: Callable[[], _T]) -> _T:
         """Queue ``write`` and wait, without blocking the loop, until it is on disk.
@@ -136,39 +138,57 @@ class GroupWriter:
             self.flush()
         self._closed = True
         self._queue.put(_STOP)
-        self._urgent.set()
+        self._urgent_queued(1)
         self._thread.join()
 
+    def _urgent_queued(self, change: int) -> None:
+        """Count a durable write or a stop queued (+1) or taken (-1); wake the thread."""
+        with self._urgent_lock:
+            self._urgent_count += change
+            if self._urgent_count:
+                self._urgent.set()
+            else:
+                self._urgent.clear()
+
     def _loop(self) -> None:
-        while True:
-            group = self._next_group()
-            if group is None:
-                return
-            self._commit(group)
+        stop = False
+        while not stop:
+            group, stop = self._next_group()
+            if group:
+                self._commit(group)
 
-    def _next_group(self) -> list[_Write[Any]] | None:
-        """The next writes to commit together: the first one and what comes ``linger`` after.
+    def _next_group(self) -> tuple[list[_Write[Any]], bool]:
+        """The next writes to commit together, and whether a stop came after them.
 
-        A durable write (or a stop) ends the wait at once. Only those wake the thread while
-        it lingers: the writes in between are queued for it without a thread switch each.
+        The group is the first write and what comes ``linger`` after it. A durable write
+        (or a stop) ends the wait at once; only those wake the thread while it lingers:
+        the writes in between are queued for it without a thread switch each.
         """
-        first = self._queue.get()
-        if first is _STOP:
-            return None
-        group: list[_Write[Any]] = [first]  # type: ignore[list-item]  # only _Write or _STOP
-        if not group[0].durable:
+        first = self._take()
+        if first is None:
+            return [], True
+        group = [first]
+        if not first.durable:
             self._urgent.wait(self._linger)
-        self._urgent.clear()
         while not group[-1].durable:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return group
-            if item is _STOP:
-                self._queue.put(_STOP)  # commit what came before it, then stop
-                return group
-            group.append(item)  # type: ignore[arg-type]  # only _Write or _STOP
-        return group
+            if self._queue.empty():
+                return group, False
+            item = self._take()
+            if item is None:
+                return group, True
+            group.append(item)
+        return group, False
+
+    def _take(self) -> _Write[Any] | None:
+        """The next queued write, waiting for one; ``None`` for a stop."""
+        item = self._queue.get()
+        if item is _STOP:
+            self._urgent_queued(-1)
+            return None
+        write = cast(_Write[Any], item)
+        if write.durable:
+            self._urgent_queued(-1)
+        return write
 
     def _commit(self, group: list[_Write[Any]]) -> None:
         group = [
