@@ -156,6 +156,24 @@ def test_a_durable_write_queued_behind_another_does_not_wait_out_a_linger(
 
 
 @pytest.mark.usefixtures("run_row")
+def test_an_error_handler_that_raises_does_not_stop_the_writer(
+    store: SqlStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    def handler(exc: BaseException) -> None:
+        raise ValueError("the handler is broken")
+
+    def broken() -> None:
+        raise StoreError("the disk is full")
+
+    writer = GroupWriter(store, name="test", linger=0)
+    writer.post(broken, on_error=handler)
+    after = writer.submit(lambda: put_event(store, 1), durable=True)
+    assert after.result(60) is None and kinds(store) == ["e1"]
+    writer.close()
+    assert "error handler failed" in caplog.text
+
+
+@pytest.mark.usefixtures("run_row")
 def test_a_write_cancelled_before_it_runs_is_not_made(store: SqlStore) -> None:
     gate = threading.Event()
     writer = GroupWriter(store, name="test", linger=0)

@@ -16,6 +16,7 @@ group costs a handful of statements however many steps it holds.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 from collections.abc import Callable, Hashable, Sequence
@@ -26,6 +27,8 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 from taskdecomp.store.base import Store
 
 _T = TypeVar("_T")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -45,7 +48,10 @@ class _Write(Generic[_T]):
         if self.future is not None:
             self.future.set_exception(exc)
         elif self.on_error is not None:
-            self.on_error(exc)
+            try:
+                self.on_error(exc)
+            except Exception:  # the writer goes on: the writes after it still need it
+                logger.exception("a write's error handler failed on %r", exc)
 
 
 _STOP = object()
@@ -112,9 +118,9 @@ class GroupWriter:
     def _put(self, item: _Write[Any]) -> None:
         if self._closed:
             raise RuntimeError("the writer is closed")
-        self._queue.put(item)
         if item.durable:
-            self._urgent_queued(1)
+            self._urgent_queued(1)  # before the item: the count never drops below zero
+        self._queue.put(item)
 
     async def durable(self, write: Callable[[], _T]) -> _T:
         """Queue ``write`` and wait, without blocking the loop, until it is on disk.
@@ -137,8 +143,8 @@ class GroupWriter:
         if flush:
             self.flush()
         self._closed = True
-        self._queue.put(_STOP)
         self._urgent_queued(1)
+        self._queue.put(_STOP)
         self._thread.join()
 
     def _urgent_queued(self, change: int) -> None:
@@ -156,6 +162,10 @@ class GroupWriter:
             group, stop = self._next_group()
             if group:
                 self._commit(group)
+        while not self._queue.empty():  # queued as the writer closed: refused, not lost
+            item = self._queue.get()
+            if isinstance(item, _Write):
+                item.failed(RuntimeError("the writer is closed"))
 
     def _next_group(self) -> tuple[list[_Write[Any]], bool]:
         """The next writes to commit together, and whether a stop came after them.
@@ -247,7 +257,8 @@ def _join_key(write: Callable[[], Any]) -> Hashable | None:
 
     Looked up, not ``isinstance``-checked: a protocol check costs as much as the write.
     """
-    return cast(Hashable | None, getattr(write, "join_key", None))
+    key = getattr(write, "join_key", None)
+    return cast(Hashable, key) if key is not None and hasattr(write, "join") else None
 
 
 def _nothing() -> None:

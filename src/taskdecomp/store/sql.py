@@ -277,7 +277,8 @@ class SqlStore:
         """A read transaction on one snapshot; driver errors as StoreError.
 
         A plain ``BEGIN`` on SQLite (WAL gives it a snapshot at its first read);
-        ``REPEATABLE READ`` on PostgreSQL.
+        ``REPEATABLE READ`` on PostgreSQL, where only reads are safe from serialization
+        failures: nothing may write through it.
         """
         with self._errors(), self._reader.begin() as conn:
             yield conn
