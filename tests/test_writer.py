@@ -34,6 +34,19 @@ def kinds(store: SqlStore) -> list[str]:
     return [row[0] for row in rows]
 
 
+class Held:
+    """A first write that holds the writer inside its transaction until ``gate`` is set."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+        self.gate, self.inside = threading.Event(), threading.Event()
+
+    def __call__(self) -> None:
+        self.inside.set()
+        self.gate.wait(10)
+        put_event(self.store, 0)
+
+
 @pytest.fixture
 def run_row(store: SqlStore) -> None:
     store.create_run(NewRun(run_id=RunId("r"), goal="g", model=None, tools=None, config={}))
@@ -41,20 +54,14 @@ def run_row(store: SqlStore) -> None:
 
 @pytest.mark.usefixtures("run_row")
 def test_writes_queued_during_a_commit_go_together_into_the_next_one(store: SqlStore) -> None:
-    gate, inside = threading.Event(), threading.Event()
-
-    def first() -> None:
-        inside.set()
-        gate.wait(10)
-        put_event(store, 0)
-
+    first = Held(store)
     writer = GroupWriter(store, name="test", linger=0)
     before = store.commits
     writer.submit(first)
-    assert inside.wait(10)
+    assert first.inside.wait(10)
     futures = [writer.submit(lambda n=n: put_event(store, n)) for n in range(1, 20)]
     futures.append(writer.submit(lambda: put_event(store, 20), durable=True))
-    gate.set()
+    first.gate.set()
     futures[-1].result(10)
     assert all(f.done() and f.exception() is None for f in futures)
     assert kinds(store) == [f"e{n}" for n in range(21)]  # in the order given
@@ -136,20 +143,14 @@ def test_posted_writes_linger_together_until_a_durable_write_or_a_close_ends_the
 def test_a_durable_write_queued_behind_another_does_not_wait_out_a_linger(
     store: SqlStore,
 ) -> None:
-    gate, inside = threading.Event(), threading.Event()
-
-    def first() -> None:
-        inside.set()
-        gate.wait(10)
-        put_event(store, 0)
-
+    first = Held(store)
     writer = GroupWriter(store, name="test", linger=600)
     writer.submit(first, durable=True)
-    assert inside.wait(10)
+    assert first.inside.wait(10)
     writer.submit(lambda: put_event(store, 1), durable=True)  # a group of its own
     writer.post(lambda: put_event(store, 2), on_error=pytest.fail)
     last = writer.submit(lambda: put_event(store, 3), durable=True)
-    gate.set()
+    first.gate.set()
     last.result(60)  # the write before it lingers only while no durable write is queued
     assert kinds(store) == ["e0", "e1", "e2", "e3"]
     writer.close()
