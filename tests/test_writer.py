@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,11 @@ def store(tmp_path: Path) -> Iterator[SqlStore]:
 def put_event(store: SqlStore, n: int) -> None:
     with store.write() as conn:
         conn.execute(insert(schema.events).values(run_id="r", kind=f"e{n}", at=float(n), data="{}"))
+
+
+def event_write(store: SqlStore, n: int) -> Callable[[], None]:
+    """A write that stores event ``e<n>``."""
+    return lambda: put_event(store, n)
 
 
 def kinds(store: SqlStore) -> list[str]:
@@ -59,7 +64,7 @@ def test_writes_queued_during_a_commit_go_together_into_the_next_one(store: SqlS
     before = store.commits
     writer.submit(first)
     assert first.inside.wait(10)
-    futures = [writer.submit(lambda n=n: put_event(store, n)) for n in range(1, 20)]
+    futures = [writer.submit(event_write(store, n)) for n in range(1, 20)]
     futures.append(writer.submit(lambda: put_event(store, 20), durable=True))
     first.gate.set()
     futures[-1].result(10)
@@ -127,16 +132,17 @@ def test_posted_writes_linger_together_until_a_durable_write_or_a_close_ends_the
     store: SqlStore,
 ) -> None:
     writer = GroupWriter(store, name="test", linger=600)  # only a wake-up ends the wait
+    errors: list[BaseException] = []
     before = store.commits
     for n in range(1, 4):
-        writer.post(lambda n=n: put_event(store, n), on_error=pytest.fail)
-    writer.submit(lambda: put_event(store, 4), durable=True).result(60)
+        writer.post(event_write(store, n), on_error=errors.append)
+    writer.submit(event_write(store, 4), durable=True).result(60)
     assert (store.commits - before, kinds(store)) == (1, ["e1", "e2", "e3", "e4"])
-    writer.post(lambda: put_event(store, 5), on_error=pytest.fail)
+    writer.post(event_write(store, 5), on_error=errors.append)
     closing = threading.Thread(target=writer.close)
     closing.start()
     closing.join(60)
-    assert not closing.is_alive() and kinds(store)[-1] == "e5"
+    assert not closing.is_alive() and kinds(store)[-1] == "e5" and not errors
 
 
 @pytest.mark.usefixtures("run_row")
@@ -148,11 +154,12 @@ def test_a_durable_write_queued_behind_another_does_not_wait_out_a_linger(
     writer.submit(first, durable=True)
     assert first.inside.wait(10)
     writer.submit(lambda: put_event(store, 1), durable=True)  # a group of its own
-    writer.post(lambda: put_event(store, 2), on_error=pytest.fail)
-    last = writer.submit(lambda: put_event(store, 3), durable=True)
+    errors: list[BaseException] = []
+    writer.post(event_write(store, 2), on_error=errors.append)
+    last = writer.submit(event_write(store, 3), durable=True)
     first.gate.set()
     last.result(60)  # the write before it lingers only while no durable write is queued
-    assert kinds(store) == ["e0", "e1", "e2", "e3"]
+    assert kinds(store) == ["e0", "e1", "e2", "e3"] and not errors
     writer.close()
 
 
