@@ -118,9 +118,12 @@ def test_a_posted_write_that_fails_reports_to_its_callback_and_the_rest_commit(
         put_event(store, 99)
         raise StoreError("the disk is full")
 
-    for name, write in (("good", lambda: put_event(store, 1)), ("bad", broken)):
-        writer.post(write, on_error=lambda exc, name=name: errors.append((name, exc)))
-    writer.post(lambda: put_event(store, 2), on_error=lambda exc: errors.append(("later", exc)))
+    def report(name: str) -> Callable[[BaseException], None]:
+        return lambda exc: errors.append((name, exc))
+
+    writer.post(event_write(store, 1), on_error=report("good"))
+    writer.post(broken, on_error=report("bad"))
+    writer.post(event_write(store, 2), on_error=report("later"))
     gate.set()
     writer.close()
     assert [(name, str(exc)) for name, exc in errors] == [("bad", "the disk is full")]
