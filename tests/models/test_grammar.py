@@ -206,6 +206,20 @@ def test_only_catalog_tools_and_their_own_args(engine: Engine, sales_grammar: st
     assert not engine.accepts(sales_grammar, extra_key)
 
 
+def test_a_string_holds_no_raw_control_character(engine: Engine) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+        "additionalProperties": False,
+    }
+    grammar = grammar_for(schema)
+
+    assert engine.accepts(grammar, '{"text":"one\\ntwo\\u0007"}')  # escaped: strict JSON
+    assert not engine.accepts(grammar, '{"text":"one\ntwo"}')  # a raw newline is not
+    assert not engine.accepts(grammar, '{"text":"bell\x07"}')
+
+
 # -- the goal's values ------------------------------------------------------------------------
 
 

@@ -23,6 +23,8 @@ converter (``llama_cpp.llama_grammar.SchemaConverter``) and adds:
   format (a ``pattern`` or ``format``: a day ``YYYY-MM-DD`` when the goal names none).
 - **No whitespace** between JSON tokens: the converter allows one optional space after
   each; here there is none, so the model writes compact JSON in fewer tokens.
+- **Strict strings.** The converter lets a string hold raw control characters (a newline),
+  which strict JSON refuses; here they must be written escaped (a backslash and an ``n``).
 
 A plan schema whose tools cannot fill even the fewest steps without a repeat (fewer
 tools than ``min_steps`` and no instruction steps), or whose layout is not recognised,
@@ -46,6 +48,9 @@ STATE_CAP = 512
 """Most step-list rules keyed by the set of tools used; past it, tools go in catalog order."""
 SPACE = '""'
 """The ``space`` rule between JSON tokens: none (llama's converter allows one space)."""
+CHAR = r'[^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
+"""The ``char`` rule of a JSON string: llama's converter lets control characters through raw
+(a newline inside a string), which strict JSON refuses; here they must be escaped."""
 
 _STEP_REF = re.compile(r"^#/\$defs/(step_\d+)$")
 _STEP_ID = re.compile(r"^step_(\d+)$")
@@ -120,6 +125,8 @@ def _text(converter: Any, own: Mapping[str, str]) -> str:
         raise RuntimeError(f"grammar rules {sorted(clash)!r} are written twice")
     rules.update(own)
     rules["space"] = SPACE
+    if "char" in rules:
+        rules["char"] = CHAR
     ordered = sorted(rules.items(), key=lambda item: (item[0] != "root", item[0]))
     return "".join(f"{name} ::= {body}\n" for name, body in ordered)
 
