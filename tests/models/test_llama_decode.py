@@ -177,6 +177,33 @@ def test_a_json_string_that_loops_is_closed_and_the_answer_stays_valid(llama: An
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+def test_a_json_string_still_open_near_the_limit_is_closed_and_the_answer_stays_valid(
+    llama: Any,
+) -> None:
+    from taskdecomp.models.llama_decode import CLOSE_RESERVE, decode
+
+    schema = {
+        "type": "object",
+        "properties": {"numbers": {"type": "string"}},
+        "required": ["numbers"],
+        "additionalProperties": False,
+    }
+    grammar = schema_grammar(schema)
+    messages = [{"role": "user", "content": "As JSON: count from 1 to 1000, in words."}]
+    limit = CLOSE_RESERVE + 24
+    running, finish, _ = reference(llama, messages, grammar, limit)
+    assert finish == "length"  # left alone, the string runs to the limit: not JSON
+    llama.reset()
+
+    decoded = decode(llama, messages, grammar=grammar, max_tokens=limit)
+
+    assert decoded.closed_at_limit and decoded.finish_reason == "stop"
+    assert json.loads(decoded.text)["numbers"]
+    assert running.startswith(decoded.text[: decoded.text.rindex('"')])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_grammar_that_forbids_the_favourite_token_still_yields_a_valid_answer(
     llama: Any,
 ) -> None:
@@ -233,7 +260,7 @@ def test_a_second_request_with_the_same_system_prompt_evaluates_only_its_own_par
     llama.reset()
     decode(llama, first, grammar=grammar, max_tokens=40)
 
-    decoded = decode(llama, second, grammar=grammar, max_tokens=40)
+    decoded = decode(llama, second, grammar=grammar, max_tokens=40, close_repeats=False)
 
     tokens = prompt_tokens(llama, second)
     assert decoded.tokens_in == len(tokens)
@@ -255,7 +282,9 @@ def test_a_saved_prefix_is_restored_after_another_prompt_took_the_context(llama:
     other = [{"role": "system", "content": "You write haiku."}, {"role": "user", "content": "Sea"}]
     decode(llama, other, max_tokens=5, cache=cache)
 
-    decoded = decode(llama, messages, grammar=grammar, max_tokens=40, cache=cache)
+    decoded = decode(
+        llama, messages, grammar=grammar, max_tokens=40, cache=cache, close_repeats=False
+    )
 
     assert_restored(llama, messages, decoded, cache, expected)
 
@@ -278,7 +307,10 @@ def test_a_catalog_written_before_the_goal_is_shared_by_requests_with_other_goal
     decode(llama, first, max_tokens=5, cache=cache, shared_text=shared)
     llama.reset()  # the context holds nothing: the saved state must serve
 
-    decoded = decode(llama, second, grammar=grammar, max_tokens=40, cache=cache, shared_text=shared)
+    decoded = decode(
+        llama, second, grammar=grammar, max_tokens=40, cache=cache, shared_text=shared,
+        close_repeats=False,
+    )  # fmt: skip
 
     tokens = prompt_tokens(llama, second)
     assert decoded.tokens_reused == prefix_length(llama, second, tokens, shared_text=shared)
@@ -317,7 +349,9 @@ def test_a_prefix_saved_on_disk_by_another_process_is_restored(llama: Any, tmp_p
     llama.reset()
 
     cache = PrefixCache(tmp_path)
-    decoded = decode(llama, messages, grammar=grammar, max_tokens=40, cache=cache)
+    decoded = decode(
+        llama, messages, grammar=grammar, max_tokens=40, cache=cache, close_repeats=False
+    )
 
     assert_restored(llama, messages, decoded, cache, expected)
 

@@ -3,7 +3,8 @@
 :func:`decode` writes the answer a ``llama_cpp.Llama`` gives at temperature 0 with
 ``create_chat_completion(messages, grammar=..., temperature=0)``, token for token, at a
 fraction of the grammar's cost, except that text which begins to repeat itself is ended
-(:data:`REPEAT_WINDOW`; ``close_repeats=False`` leaves it):
+(:data:`REPEAT_WINDOW`) and a JSON string still open near the token limit is closed
+(:data:`CLOSE_RESERVE`); ``close_repeats=False`` leaves both:
 
 - **Lazy grammar.** llama-cpp-python asks the grammar about every token of the vocabulary
   (49k for SmolLM2) before each pick. Here the grammar first judges only the model's top
@@ -62,6 +63,11 @@ without a double quote count (text inside one JSON string: a plan's steps legiti
 runs of keys and punctuation); once one repeats, the string is closed at the first token
 that closes it, and the answer goes on under its grammar."""
 
+CLOSE_RESERVE = 16
+"""Under a grammar, this many tokens before the limit a JSON string still open is closed at
+the first token that closes it, so that an answer whose last string runs on (a response
+that counts up without repeating itself) still ends as valid JSON, its string cut."""
+
 ROOT = b"root"
 """The grammar's start rule."""
 
@@ -88,6 +94,8 @@ class Decoded:
     """Tokens for which the grammar had to judge the whole vocabulary."""
     finish_reason: Finish
     closed_repeat: bool = False
+    closed_at_limit: bool = False
+    """A string still open near ``max_tokens`` was closed (see :data:`CLOSE_RESERVE`)."""
     """A string of a grammar answer began to repeat itself and was closed early."""
 
     @property
@@ -160,8 +168,9 @@ def decode(
         cache: saved states of prompt prefixes to restore instead of evaluating them.
         shared_text: the start of the last message that requests of this kind share (see
             :func:`prefix_length`); its state is saved with the earlier messages'.
-        close_repeats: end text that repeats itself (see :data:`REPEAT_WINDOW`); ``False``
-            writes exactly what ``create_chat_completion`` writes.
+        close_repeats: end text that repeats itself (see :data:`REPEAT_WINDOW`) and close a
+            JSON string still open near the limit (:data:`CLOSE_RESERVE`); ``False`` writes
+            exactly what ``create_chat_completion`` writes.
 
     Returns:
         The answer, its token counts and timings.
@@ -199,6 +208,7 @@ def decode(
         vocabulary_scans=checker.scans,
         finish_reason=finish,
         closed_repeat=writer.closed_repeat,
+        closed_at_limit=writer.closed_at_limit,
     )
 
 
@@ -400,6 +410,7 @@ class _Writer:
         self.tokens: list[int] = []
         self.text = ""
         self.closed_repeat = False
+        self.closed_at_limit = False
         self._llama = llama
         self._watch = watch  # for text that repeats itself
         self._closing = False  # a repeating string: close it at the first chance
@@ -432,10 +443,21 @@ class _Writer:
                 if not self._grammar.constrains:
                     return "repeated"
                 self._closing = self.closed_repeat = True
+            if self._near(limit) and self._unquoted:  # inside a string, or between keys
+                self._closing = self.closed_at_limit = True
             if len(self.tokens) >= limit:
                 self._emit(self._utf8.decode(b"", final=True))
                 return "length"
             llama.eval([token])
+
+    def _near(self, limit: int) -> bool:
+        """Whether to close the last string now: near ``limit``, under a grammar, once."""
+        return (
+            self._watch
+            and self._grammar.constrains
+            and not self.closed_at_limit
+            and len(self.tokens) >= limit - CLOSE_RESERVE
+        )
 
     def _pick(self, logits: npt.NDArray[np.single]) -> int | None:
         if self._closing:
