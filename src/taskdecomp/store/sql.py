@@ -44,7 +44,7 @@ from taskdecomp.budget import Usage
 from taskdecomp.errors import StoreError
 from taskdecomp.plan import Plan
 from taskdecomp.run import HistoryEntry, RunId, RunResult
-from taskdecomp.store import leases, reads, rows, schema
+from taskdecomp.store import bulk, leases, reads, rows, schema
 from taskdecomp.store import queue as queues
 from taskdecomp.store.base import (
     DEFAULT_LEASE_SECONDS,
@@ -486,14 +486,11 @@ class SqlStore:
         touch = {"b_key": key, "b_usage": rows.usage(checkpoints[-1].usage), "b_now": now}
         with self.write() as conn:
             self._touch(conn, touch, lease, now=now)
-            for statement, values in (
-                (_INSERT_ATTEMPT, inserted),
-                (_END_ATTEMPT, ended),
-                (_INSERT_STEP, steps),
-                (_INSERT_EVENTS, events),
-            ):
-                if values:
-                    conn.execute(statement, values)
+            bulk.insert_rows(conn, schema.attempts, inserted)
+            if ended:
+                conn.execute(_END_ATTEMPT, ended)
+            bulk.insert_rows(conn, schema.steps, steps)
+            bulk.insert_rows(conn, schema.events, events)
             if state is not None:
                 conn.execute(_SET_STATE, {"b_key": key, "b_state": state})
 
