@@ -151,18 +151,23 @@ def test_free_text_that_loops_is_cut_where_the_loop_began(llama: Any) -> None:
     assert len(windows) == len(set(windows))  # what is left does not repeat itself
 
 
+def one_string_grammar(key: str) -> str:
+    """llama-cpp-python's grammar for an object with one string, ``key``."""
+    schema = {
+        "type": "object",
+        "properties": {key: {"type": "string"}},
+        "required": [key],
+        "additionalProperties": False,
+    }
+    return schema_grammar(schema)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_json_string_that_loops_is_closed_and_the_answer_stays_valid(llama: Any) -> None:
     from taskdecomp.models.llama_decode import decode
 
-    schema = {
-        "type": "object",
-        "properties": {"days": {"type": "string"}},
-        "required": ["days"],
-        "additionalProperties": False,
-    }
-    grammar = schema_grammar(schema)
+    grammar = one_string_grammar("days")
     messages = [{"role": "user", "content": "As JSON: list the days of the week, over and over."}]
     looping, _, _ = reference(llama, messages, grammar, 300)
     llama.reset()
@@ -182,13 +187,7 @@ def test_a_json_string_still_open_near_the_limit_is_closed_and_the_answer_stays_
 ) -> None:
     from taskdecomp.models.llama_decode import CLOSE_RESERVE, decode
 
-    schema = {
-        "type": "object",
-        "properties": {"numbers": {"type": "string"}},
-        "required": ["numbers"],
-        "additionalProperties": False,
-    }
-    grammar = schema_grammar(schema)
+    grammar = one_string_grammar("numbers")
     messages = [{"role": "user", "content": "As JSON: count from 1 to 1000, in words."}]
     limit = CLOSE_RESERVE + 24
     running, finish, _ = reference(llama, messages, grammar, limit)
