@@ -9,7 +9,7 @@ from taskdecomp.errors import StoreError
 from taskdecomp.run import RunId
 from taskdecomp.store import SqlStore, schema
 from taskdecomp.store.base import NewRun
-from taskdecomp.store.bulk import insert_rows
+from taskdecomp.store.bulk import COPY_FROM_ROWS, insert_rows
 
 
 @pytest.fixture
@@ -22,11 +22,12 @@ def event(n: int, data: str = "{}") -> dict[str, object]:
 
 
 @pytest.mark.usefixtures("run_row")
-def test_rows_keep_their_order_and_their_values(store: SqlStore) -> None:
+@pytest.mark.parametrize("count", [COPY_FROM_ROWS - 1, 300])
+def test_rows_keep_their_order_and_their_values(store: SqlStore, count: int) -> None:
     awkward = '{"text":"tab\\\\t, quote \\\\", backslash \\\\\\\\, \\\\u00e9"}'
     with store.write() as conn:
         insert_rows(
-            conn, schema.events, [event(n, awkward if n == 7 else "{}") for n in range(300)]
+            conn, schema.events, [event(n, awkward if n == 5 else "{}") for n in range(count)]
         )
     with store.read() as conn:
         rows = conn.execute(
@@ -34,20 +35,25 @@ def test_rows_keep_their_order_and_their_values(store: SqlStore) -> None:
                 schema.events.c.id
             )
         ).all()
-    assert [row.kind for row in rows] == [f"e{n}" for n in range(300)]  # ids in row order
-    assert rows[7].data == awkward and rows[299].at == 299.0
+    assert [row.kind for row in rows] == [f"e{n}" for n in range(count)]  # ids in row order
+    assert rows[5].data == awkward and rows[-1].at == count - 1
 
 
 @pytest.mark.usefixtures("run_row")
 def test_a_refused_row_is_refused_as_an_insert_is_and_the_transaction_keeps_nothing(
     store: SqlStore,
 ) -> None:
-    step = {"run_id": "r", "step_id": "s1", "step_no": 1, "observation": "1", "finished_at": 1.0}
+    many = COPY_FROM_ROWS  # on PostgreSQL, by COPY
+    steps = [
+        {"run_id": "r", "step_id": f"s{n}", "step_no": n, "observation": "1", "finished_at": 1.0}
+        for n in range(many)
+    ]
     with pytest.raises(StoreError, match="refused a write"), store.write() as conn:
-        insert_rows(conn, schema.events, [event(1)])
-        insert_rows(conn, schema.steps, [step, step])  # the same step twice
+        insert_rows(conn, schema.events, [event(n) for n in range(many)])
+        insert_rows(conn, schema.steps, [*steps, steps[3]])  # a step twice
+    orphans = [{**event(n), "run_id": "no such run"} for n in range(many)]
     with pytest.raises(StoreError, match="refused a write"), store.write() as conn:
-        insert_rows(conn, schema.events, [{**event(2), "run_id": "no such run"}])  # foreign key
+        insert_rows(conn, schema.events, orphans)  # the foreign key
     with store.read() as conn:
         assert conn.execute(select(schema.events.c.id)).all() == []
         assert conn.execute(select(schema.steps.c.step_id)).all() == []
