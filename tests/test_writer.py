@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -195,6 +197,34 @@ def test_a_write_cancelled_before_it_runs_is_not_made(store: SqlStore) -> None:
     gate.set()
     writer.close()
     assert kept.exception() is None and kinds(store) == ["e2"]
+
+
+@pytest.mark.usefixtures("run_row")
+def test_a_write_racing_the_close_is_made_or_refused_never_left_waiting(store: SqlStore) -> None:
+    writer = GroupWriter(store, name="test", linger=0.001)
+    futures: list[Future[None]] = []
+    refused = threading.Event()
+
+    def submit_until_refused() -> None:
+        while True:
+            try:
+                futures.append(writer.submit(event_write(store, len(futures))))
+                time.sleep(0.0005)
+            except RuntimeError:
+                refused.set()
+                return
+
+    racers = [threading.Thread(target=submit_until_refused) for _ in range(3)]
+    for racer in racers:
+        racer.start()
+    while len(futures) < 50:
+        time.sleep(0.001)
+    writer.close()
+    for racer in racers:
+        racer.join(60)
+    assert refused.is_set() and futures
+    assert all(future.done() for future in futures)  # none queued after the stop
+    assert len(kinds(store)) == len(futures)
 
 
 def test_a_closed_writer_refuses_writes(store: SqlStore) -> None:

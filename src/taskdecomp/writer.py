@@ -116,11 +116,12 @@ class GroupWriter:
         self._put(_Write(write=write, durable=False, future=None, on_error=on_error))
 
     def _put(self, item: _Write[Any]) -> None:
-        if self._closed:
-            raise RuntimeError("the writer is closed")
-        if item.durable:
-            self._urgent_queued(1)  # before the item: the count never drops below zero
-        self._queue.put(item)
+        with self._urgent_lock:  # nothing is queued after the stop
+            if self._closed:
+                raise RuntimeError("the writer is closed")
+            if item.durable:
+                self._urgent_queued(1)  # before the item: the count never drops below zero
+            self._queue.put(item)
 
     async def durable(self, write: Callable[[], _T]) -> _T:
         """Queue ``write`` and wait, without blocking the loop, until it is on disk.
@@ -142,19 +143,22 @@ class GroupWriter:
             return
         if flush:
             self.flush()
-        self._closed = True
-        self._urgent_queued(1)
-        self._queue.put(_STOP)
+        with self._urgent_lock:
+            self._closed = True
+            self._urgent_queued(1)
+            self._queue.put(_STOP)
         self._thread.join()
 
     def _urgent_queued(self, change: int) -> None:
-        """Count a durable write or a stop queued (+1) or taken (-1); wake the thread."""
-        with self._urgent_lock:
-            self._urgent_count += change
-            if self._urgent_count:
-                self._urgent.set()
-            else:
-                self._urgent.clear()
+        """Count a durable write or a stop queued (+1) or taken (-1); wake the thread.
+
+        The caller holds ``_urgent_lock``.
+        """
+        self._urgent_count += change
+        if self._urgent_count:
+            self._urgent.set()
+        else:
+            self._urgent.clear()
 
     def _loop(self) -> None:
         stop = False
@@ -162,10 +166,6 @@ class GroupWriter:
             group, stop = self._next_group()
             if group:
                 self._commit(group)
-        while not self._queue.empty():  # queued as the writer closed: refused, not lost
-            item = self._queue.get()
-            if isinstance(item, _Write):
-                item.failed(RuntimeError("the writer is closed"))
 
     def _next_group(self) -> tuple[list[_Write[Any]], bool]:
         """The next writes to commit together, and whether a stop came after them.
@@ -192,12 +192,10 @@ class GroupWriter:
     def _take(self) -> _Write[Any] | None:
         """The next queued write, waiting for one; ``None`` for a stop."""
         item = self._queue.get()
-        if item is _STOP:
-            self._urgent_queued(-1)
-            return None
-        write = cast(_Write[Any], item)
-        if write.durable:
-            self._urgent_queued(-1)
+        write = None if item is _STOP else cast(_Write[Any], item)
+        if write is None or write.durable:
+            with self._urgent_lock:
+                self._urgent_queued(-1)
         return write
 
     def _commit(self, group: list[_Write[Any]]) -> None:
