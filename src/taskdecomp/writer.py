@@ -92,9 +92,8 @@ class GroupWriter:
         self._store = store
         self._linger = linger
         self._queue: queue.SimpleQueue[_Write[Any] | object] = queue.SimpleQueue()
-        self._urgent = threading.Event()  # set while a durable write or a stop is queued
-        self._urgent_count = 0
-        self._urgent_lock = threading.Lock()
+        self._urgent = threading.Condition()  # guards the count and the queue's end
+        self._urgent_count = 0  # durable writes and stops queued, not yet taken
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
         self._closed = False
@@ -116,12 +115,13 @@ class GroupWriter:
         self._put(_Write(write=write, durable=False, future=None, on_error=on_error))
 
     def _put(self, item: _Write[Any]) -> None:
-        with self._urgent_lock:  # nothing is queued after the stop
+        with self._urgent:  # nothing is queued after the stop
             if self._closed:
                 raise RuntimeError("the writer is closed")
-            if item.durable:
-                self._urgent_queued(1)  # before the item: the count never drops below zero
             self._queue.put(item)
+            if item.durable:
+                self._urgent_count += 1
+                self._urgent.notify()
 
     async def durable(self, write: Callable[[], _T]) -> _T:
         """Queue ``write`` and wait, without blocking the loop, until it is on disk.
@@ -143,22 +143,12 @@ class GroupWriter:
             return
         if flush:
             self.flush()
-        with self._urgent_lock:
+        with self._urgent:
             self._closed = True
-            self._urgent_queued(1)
             self._queue.put(_STOP)
+            self._urgent_count += 1
+            self._urgent.notify()
         self._thread.join()
-
-    def _urgent_queued(self, change: int) -> None:
-        """Count a durable write or a stop queued (+1) or taken (-1); wake the thread.
-
-        The caller holds ``_urgent_lock``.
-        """
-        self._urgent_count += change
-        if self._urgent_count:
-            self._urgent.set()
-        else:
-            self._urgent.clear()
 
     def _loop(self) -> None:
         stop = False
@@ -179,7 +169,8 @@ class GroupWriter:
             return [], True
         group = [first]
         if not first.durable:
-            self._urgent.wait(self._linger)
+            with self._urgent:
+                self._urgent.wait_for(lambda: self._urgent_count > 0, self._linger)
         while not group[-1].durable:
             if self._queue.empty():
                 return group, False
@@ -194,8 +185,8 @@ class GroupWriter:
         item = self._queue.get()
         write = None if item is _STOP else cast(_Write[Any], item)
         if write is None or write.durable:
-            with self._urgent_lock:
-                self._urgent_queued(-1)
+            with self._urgent:
+                self._urgent_count -= 1
         return write
 
     def _commit(self, group: list[_Write[Any]]) -> None:

@@ -94,9 +94,9 @@ class Decoded:
     """Tokens for which the grammar had to judge the whole vocabulary."""
     finish_reason: Finish
     closed_repeat: bool = False
+    """A string of a grammar answer began to repeat itself and was closed early."""
     closed_at_limit: bool = False
     """A string still open near ``max_tokens`` was closed (see :data:`CLOSE_RESERVE`)."""
-    """A string of a grammar answer began to repeat itself and was closed early."""
 
     @property
     def tokens_out(self) -> int:
@@ -412,8 +412,8 @@ class _Writer:
         self.closed_repeat = False
         self.closed_at_limit = False
         self._llama = llama
-        self._watch = watch  # for text that repeats itself
-        self._closing = False  # a repeating string: close it at the first chance
+        self._watch = watch  # for text that repeats itself or runs to the limit
+        self._closing = False  # close the open string at the first chance
         self._unquoted = 0  # tokens since the last one holding a double quote
         self._windows: set[tuple[int, ...]] = set()
         self._grammar = grammar
@@ -424,6 +424,8 @@ class _Writer:
     def run(self, limit: int, stop: threading.Event | None) -> Finish:
         llama = self._llama
         n_vocab = int(llama.n_vocab())
+        closes = self._watch and self._grammar.constrains
+        close_from = limit - CLOSE_RESERVE if closes else limit + 1
         while True:
             if stop is not None and stop.is_set():
                 return "cancelled"
@@ -443,21 +445,12 @@ class _Writer:
                 if not self._grammar.constrains:
                     return "repeated"
                 self._closing = self.closed_repeat = True
-            if self._near(limit) and self._unquoted:  # inside a string, or between keys
-                self._closing = self.closed_at_limit = True
+            if len(self.tokens) >= close_from and self._unquoted and not self.closed_at_limit:
+                self._closing = self.closed_at_limit = True  # inside a string, or between keys
             if len(self.tokens) >= limit:
                 self._emit(self._utf8.decode(b"", final=True))
                 return "length"
             llama.eval([token])
-
-    def _near(self, limit: int) -> bool:
-        """Whether to close the last string now: near ``limit``, under a grammar, once."""
-        return (
-            self._watch
-            and self._grammar.constrains
-            and not self.closed_at_limit
-            and len(self.tokens) >= limit - CLOSE_RESERVE
-        )
 
     def _pick(self, logits: npt.NDArray[np.single]) -> int | None:
         if self._closing:
@@ -509,7 +502,7 @@ _QUOTE_STARTS: weakref.WeakKeyDictionary[Any, npt.NDArray[np.intc]] = weakref.We
 def _quote_starts(llama: Any) -> npt.NDArray[np.intc]:
     """The tokens whose text begins with a double quote, ascending; read once per model.
 
-    Only an answer whose string began to repeat needs them.
+    Only an answer with a string to close early (repeating, or near the limit) needs them.
     """
     model = llama._model
     found = _QUOTE_STARTS.get(model)

@@ -13,10 +13,11 @@ SQLAlchemy error an ``INSERT`` would have raised, so callers handle both alike.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table, insert
+from sqlalchemy import Connection, Insert, Table, insert
 from sqlalchemy import exc as sa_exc
 
 COPY_FROM_ROWS = 8
@@ -34,7 +35,7 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
     if not rows:
         return
     if conn.dialect.name != "postgresql" or len(rows) < COPY_FROM_ROWS:
-        conn.execute(insert(table), list(rows))
+        conn.execute(_insert(table), list(rows))
         return
     import psycopg
 
@@ -51,3 +52,9 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
         raise sa_exc.DBAPIError.instance(
             statement, None, exc, psycopg.Error, dialect=conn.dialect
         ) from exc
+
+
+@functools.cache
+def _insert(table: Table) -> Insert:
+    """The ``INSERT`` of ``table``, built once: values travel as parameters."""
+    return insert(table)

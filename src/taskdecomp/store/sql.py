@@ -76,7 +76,6 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 _INSERT_RUN = insert(schema.runs)
 _INSERT_ATTEMPT = insert(schema.attempts)
 _INSERT_STEP = insert(schema.steps)
-_INSERT_EVENTS = insert(schema.events)
 _END_ATTEMPT = (
     update(schema.attempts)
     .where(schema.attempts.c.id == bindparam("b_id"))
@@ -691,9 +690,7 @@ class SqlStore:
         self._engine.dispose()
 
     def _events(self, conn: Connection, run_id: RunId, events: Sequence[EventRecord]) -> None:
-        event_rows = rows.events(run_id, events)
-        if event_rows:
-            conn.execute(_INSERT_EVENTS, event_rows)
+        bulk.insert_rows(conn, schema.events, rows.events(run_id, events))
 
 
 def _sqlite_sync(options: Mapping[str, Any]) -> str:
