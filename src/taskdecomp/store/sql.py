@@ -76,6 +76,7 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 _INSERT_RUN = insert(schema.runs)
 _INSERT_ATTEMPT = insert(schema.attempts)
 _INSERT_STEP = insert(schema.steps)
+_INSERT_PLAN = insert(schema.plans)
 _END_ATTEMPT = (
     update(schema.attempts)
     .where(schema.attempts.c.id == bindparam("b_id"))
@@ -94,6 +95,22 @@ _TOUCH_RUN = (
 _FENCED_TOUCH = leases.FENCE.values(usage=bindparam("b_usage"), updated_at=bindparam("b_now"))
 """The checkpoint's run update, fenced by the lease (and renewing it): the fence costs no
 statement of its own."""
+_FINISH = (
+    update(schema.runs)
+    .where(schema.runs.c.id == bindparam("b_key"))
+    .values({name: bindparam(f"v_{name}") for name in rows.FINISHED_COLUMNS})
+)
+_FENCED_FINISH = _FINISH.where(
+    schema.runs.c.lease_owner == bindparam("b_owner"),
+    schema.runs.c.lease_epoch == bindparam("b_epoch"),
+    schema.runs.c.lease_expires_at.is_not(None),
+)
+"""A run's end, and the same fenced by the lease (which it gives up)."""
+_SET_APPROVALS = (
+    update(schema.runs)
+    .where(schema.runs.c.id == bindparam("b_key"))
+    .values(approvals=bindparam("b_approvals"))
+)
 
 
 def normalize_url(url: str) -> URL:
@@ -419,7 +436,7 @@ class SqlStore:
         with self.write() as conn:
             if lease is not None:
                 leases.fence(conn, lease, now=now)
-            conn.execute(insert(schema.plans).values(**row))
+            conn.execute(_INSERT_PLAN, row)
             self._events(conn, run_id, events)
 
     def record_intent(
@@ -571,21 +588,19 @@ class SqlStore:
             LeaseLostError: ``lease`` no longer holds the run.
         """
         now = self.now()
-        values = rows.finished(result, now=now)
-        if approvals is not None:
-            values["approvals"] = encode_json(dict(approvals), what="the run's approvals")
-        runs = schema.runs
-        where = [runs.c.id == rows.key(run_id)]
+        params = {f"v_{name}": value for name, value in rows.finished(result, now=now).items()}
         if lease is not None:
-            where += [
-                runs.c.lease_owner == lease.owner,
-                runs.c.lease_epoch == lease.epoch,
-                runs.c.lease_expires_at.is_not(None),
-            ]
+            params |= leases.params(lease, now=now)
+        params["b_key"] = rows.key(run_id)
+        approved = None
+        if approvals is not None:
+            approved = encode_json(dict(approvals), what="the run's approvals")
         with self.write() as conn:
-            finished = conn.execute(update(runs).where(*where).values(**values))
+            finished = conn.execute(_FINISH if lease is None else _FENCED_FINISH, params)
             if lease is not None:
                 leases.held(conn, finished, lease)
+            if approved is not None:
+                conn.execute(_SET_APPROVALS, {"b_key": params["b_key"], "b_approvals": approved})
             self._events(conn, run_id, events)
 
     # -- queued runs (taskdecomp.scale) ---------------------------------------------------
