@@ -373,6 +373,37 @@ def test_a_checkpoint_is_one_transaction(store: SqlStore) -> None:
     assert store.load_run(RunId("r1")).history[0].observation == "first"
 
 
+def test_a_batch_stores_its_writes_events_in_order_and_all_or_nothing(
+    store: SqlStore,
+) -> None:
+    plan = make_plan("s1", "s2")
+    store.create_run(new_run())
+    with store.batch(durable=False):  # a group commit: the events go in at its end
+        store.save_plan(
+            RunId("r1"), plan, events=[EventRecord(kind="PlanCreated", at=1.0, data={})]
+        )
+        checkpoint_ok(store, plan, 1, "first")
+        checkpoint_ok(store, plan, 2, "second")
+        store.finish_run(
+            RunId("r1"),
+            RunResult(run_id=RunId("r1"), status="ok", stop_reason=stops.SUCCESS, answer="a"),
+            events=[EventRecord(kind="RunStopped", at=2.0, data={})],
+        )
+    kinds = [e.kind for e in store.load_events(RunId("r1"))]
+    assert kinds == ["PlanCreated", "StepFinished", "StepFinished", "RunStopped"]
+    store.create_run(new_run("r2"))
+    with pytest.raises(StoreError, match="refused a write"), store.batch(durable=False):
+        store.save_plan(
+            RunId("r2"), plan, events=[EventRecord(kind="PlanCreated", at=1.0, data={})]
+        )
+        store.finish_run(  # no such run: no row to update, and its event is refused at the end
+            RunId("missing"),
+            RunResult(run_id=RunId("missing"), status="ok", stop_reason=stops.SUCCESS),
+            events=[EventRecord(kind="RunStopped", at=2.0, data={})],
+        )
+    assert store.load_events(RunId("r2")) == [] and store.load_run(RunId("r2")).plan is None
+
+
 def test_a_read_sees_one_snapshot_while_a_writer_commits(store: SqlStore) -> None:
     """A run read as its writer commits sees the run before the commit or after it, never
     a step's result without the plan it belongs to."""

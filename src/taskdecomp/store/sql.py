@@ -268,7 +268,8 @@ class SqlStore:
 
         A failing write rolls the whole batch back. With ``durable=False`` the commit does
         not wait for the disk: it survives the process being killed but not a power cut,
-        until the next durable commit.
+        until the next durable commit. The events its writes store go in together, in
+        order, at its end: one statement for the batch instead of one for each write.
         """
         if getattr(self._batch, "conn", None) is not None:
             raise RuntimeError("store batches do not nest")
@@ -276,11 +277,12 @@ class SqlStore:
         with self._errors(), engine.begin() as conn:
             if not durable and self.dialect == "postgresql":
                 conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
-            self._batch.conn = conn
+            self._batch.conn, self._batch.events = conn, []
             try:
                 yield
+                bulk.insert_rows(conn, schema.events, self._batch.events)
             finally:
-                self._batch.conn = None
+                self._batch.conn = self._batch.events = None
         self._committed(durable=durable)
 
     def _committed(self, *, durable: bool) -> None:
@@ -506,7 +508,7 @@ class SqlStore:
             if ended:
                 conn.execute(_END_ATTEMPT, ended)
             bulk.insert_rows(conn, schema.steps, steps)
-            bulk.insert_rows(conn, schema.events, events)
+            self._event_rows(conn, events)
             if state is not None:
                 conn.execute(_SET_STATE, {"b_key": key, "b_state": state})
 
@@ -705,7 +707,15 @@ class SqlStore:
         self._engine.dispose()
 
     def _events(self, conn: Connection, run_id: RunId, events: Sequence[EventRecord]) -> None:
-        bulk.insert_rows(conn, schema.events, rows.events(run_id, events))
+        self._event_rows(conn, rows.events(run_id, events))
+
+    def _event_rows(self, conn: Connection, event_rows: list[dict[str, Any]]) -> None:
+        """Insert ``event_rows`` now, or at the end of the batch ``conn`` belongs to."""
+        pending: list[dict[str, Any]] | None = getattr(self._batch, "events", None)
+        if pending is not None and conn is self._batch.conn:
+            pending += event_rows
+        else:
+            bulk.insert_rows(conn, schema.events, event_rows)
 
 
 def _sqlite_sync(options: Mapping[str, Any]) -> str:
