@@ -75,6 +75,27 @@ def test_dumps_writes_strict_json_or_raises_the_one_error(value: Any) -> None:
     assert jsonsafe.is_strict_json(value)
 
 
+@given(JSONISH)
+def test_compact_writes_what_dumps_writes_and_refuses_what_it_refuses(value: Any) -> None:
+    options: dict[str, Any] = {"ensure_ascii": True, "separators": (",", ":")}
+    try:
+        expected = jsonsafe.dumps(value, **options)
+    except StrictJSONError as exc:
+        with pytest.raises(StrictJSONError) as caught:
+            jsonsafe.compact(value)
+        assert str(caught.value) == str(exc)
+        return
+    assert jsonsafe.compact(value) == expected
+
+
+def test_compact_refuses_a_cycle_and_what_is_not_json_as_dumps_does() -> None:
+    cycle: list[Any] = [1]
+    cycle.append({"again": cycle})
+    for value, problem in ((cycle, "Circular reference"), ({1, 2}, "Object of type set")):
+        with pytest.raises(StrictJSONError, match=f"not JSON: {problem}"):
+            jsonsafe.compact(value)
+
+
 @pytest.mark.parametrize(
     ("value", "where"),
     [

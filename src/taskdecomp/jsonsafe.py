@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -47,7 +48,29 @@ def dumps(value: Any, **kwargs: Any) -> str:
         raise StrictJSONError(f"not JSON: {exc}") from exc
 
 
-_COMPACT = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _compact_encoder() -> Callable[[Any], str]:
+    """The compact strict encoder: its C encoder made once, not on every call.
+
+    The same text as ``json.JSONEncoder(ensure_ascii=True, separators=(",", ":"),
+    allow_nan=False).encode``, which makes one per call (a third of the time of a small
+    value). It skips cycle detection: a cycle exhausts the recursion limit instead, and
+    :func:`compact` then lets :func:`dumps` say why.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C accelerator
+        return json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode
+    # markers, default, string encoder, indent, separators, sort_keys, skipkeys, allow_nan
+    encoder = make(
+        None, _refuse, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False
+    )
+    return lambda value: "".join(encoder(value, 0))
+
+
+_COMPACT = _compact_encoder()
 
 
 def compact(value: Any) -> str:
@@ -57,7 +80,7 @@ def compact(value: Any) -> str:
         StrictJSONError: as :func:`dumps`.
     """
     try:
-        return _COMPACT.encode(value)
+        return _COMPACT(value)
     except (ValueError, TypeError, RecursionError):
         return dumps(value, ensure_ascii=True, separators=(",", ":"))  # raises, saying why
 
