@@ -151,6 +151,24 @@ def test_posted_writes_linger_together_until_a_durable_write_or_a_close_ends_the
 
 
 @pytest.mark.usefixtures("run_row")
+def test_posted_writes_are_committed_together_after_a_linger_without_a_wake_up(
+    store: SqlStore,
+) -> None:
+    writer = GroupWriter(store, name="test", linger=0.2)
+    errors: list[BaseException] = []
+    before = (store.commits, store.durable_commits)
+    for n in range(1, 4):  # none wakes the thread: they wait for its next turn
+        writer.post(event_write(store, n), on_error=errors.append)
+    deadline = time.monotonic() + 60
+    while kinds(store) != ["e1", "e2", "e3"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    commits = (store.commits - before[0], store.durable_commits - before[1])
+    assert (kinds(store), commits) == (["e1", "e2", "e3"], (1, 0))  # one group, no fsync
+    writer.close()
+    assert not errors
+
+
+@pytest.mark.usefixtures("run_row")
 def test_a_durable_write_queued_behind_another_does_not_wait_out_a_linger(
     store: SqlStore,
 ) -> None:

@@ -223,11 +223,14 @@ class Journal:
         self.segment = segment
         self._usage = usage
         self._now = now
+        self._clock: Callable[[], float] = getattr(store, "now", now)
+        """The clock the lease is kept in."""
         self._events: list[EventRecord] = []
         self._ended = False
         self._held: list[tuple[Callable[[], object], str | None]] | None = None
         self.failed: BaseException | None = None
         """Why a queued write failed (other than a lost lease); raised at the next write."""
+        self._strict_failed = partial(self._write_failed, None)
         self._writer = (
             GroupWriter(store, name=f"writer of run {self.run_id}")
             if durability == "async"
@@ -277,8 +280,7 @@ class Journal:
             StopRun: ``lease_lost``, naming the run's new owner.
             StoreError: a queued write failed (the store could not be written).
         """
-        clock = getattr(self.store, "now", self._now)  # the clock the lease is kept in
-        if self.lost is None and not self._ended and clock() >= self.lease.expires_at:
+        if self.lost is None and not self._ended and self._clock() >= self.lease.expires_at:
             self.renew()
         if self.lost is not None:
             raise StopRun(stops.LEASE_LOST, message=str(self.lost))
@@ -524,7 +526,10 @@ class Journal:
             self.fenced(write)
             return
         self.check()
-        self._writer.post(write, on_error=partial(self._write_failed, best_effort))
+        on_error = (
+            self._strict_failed if best_effort is None else partial(self._write_failed, best_effort)
+        )
+        self._writer.post(write, on_error=on_error)
 
     async def durably(self, write: Callable[[], _T]) -> _T:
         """Make a fenced write that is on disk, with every write before it, when this returns.

@@ -56,8 +56,8 @@ class _Write(Generic[_T]):
 
 _STOP = object()
 
-DEFAULT_LINGER = 0.005
-"""Seconds a group of writes that need not be durable waits for more (see GroupWriter)."""
+DEFAULT_LINGER = 0.05
+"""Seconds the writer sleeps between groups while no durable write is queued (see GroupWriter)."""
 
 
 class Joinable(Protocol):
@@ -83,9 +83,9 @@ class GroupWriter:
     Args:
         store: where the writes go.
         name: the thread's name.
-        linger: how long a group waits for more writes after its first one (durable writes
-            do not wait): longer groups cost fewer commits, and a crash loses at most the
-            steps that finished this long before it.
+        linger: how long the thread sleeps between groups while no durable write is queued
+            (``0``: every write wakes it): longer groups cost fewer commits, and a crash
+            loses at most the steps that finished this long before it.
     """
 
     def __init__(self, store: Store, *, name: str, linger: float = DEFAULT_LINGER) -> None:
@@ -93,7 +93,7 @@ class GroupWriter:
         self._linger = linger
         self._queue: queue.SimpleQueue[_Write[Any] | object] = queue.SimpleQueue()
         self._urgent = threading.Condition()  # guards the count and the queue's end
-        self._urgent_count = 0  # durable writes and stops queued, not yet taken
+        self._urgent_count = 0  # writes that wake the thread, and stops, not yet taken
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
         self._closed = False
@@ -119,9 +119,13 @@ class GroupWriter:
             if self._closed:
                 raise RuntimeError("the writer is closed")
             self._queue.put(item)
-            if item.durable:
+            if self._wakes(item):
                 self._urgent_count += 1
                 self._urgent.notify()
+
+    def _wakes(self, item: _Write[Any] | None) -> bool:
+        """Whether queueing ``item`` (``None``: the stop) wakes the thread at once."""
+        return item is None or item.durable or not self._linger
 
     async def durable(self, write: Callable[[], _T]) -> _T:
         """Queue ``write`` and wait, without blocking the loop, until it is on disk.
@@ -160,31 +164,29 @@ class GroupWriter:
     def _next_group(self) -> tuple[list[_Write[Any]], bool]:
         """The next writes to commit together, and whether a stop came after them.
 
-        The group is the first write and what comes ``linger`` after it. A durable write
-        (or a stop) ends the wait at once; only those wake the thread while it lingers:
-        the writes in between are queued for it without a thread switch each.
+        The thread sleeps until a durable write or a stop is queued, or for ``linger``;
+        then the group is everything queued, up to the first durable write. Other writes
+        are queued without waking it: a thread woken while the event loop is busy waits
+        for the GIL, and every time the loop lets the GIL go (each turn of the loop) wakes
+        it again in vain, which cost a busy run more than its writes.
         """
-        first = self._take()
-        if first is None:
-            return [], True
-        group = [first]
-        if not first.durable:
-            with self._urgent:
-                self._urgent.wait_for(lambda: self._urgent_count > 0, self._linger)
-        while not group[-1].durable:
-            if self._queue.empty():
-                return group, False
+        with self._urgent:
+            self._urgent.wait_for(lambda: self._urgent_count > 0, self._linger or None)
+        group: list[_Write[Any]] = []
+        while not self._queue.empty():  # only this thread takes, so it stays non-empty
             item = self._take()
             if item is None:
                 return group, True
             group.append(item)
+            if item.durable:
+                break
         return group, False
 
     def _take(self) -> _Write[Any] | None:
-        """The next queued write, waiting for one; ``None`` for a stop."""
+        """The next queued write; ``None`` for a stop."""
         item = self._queue.get()
         write = None if item is _STOP else cast(_Write[Any], item)
-        if write is None or write.durable:
+        if self._wakes(write):
             with self._urgent:
                 self._urgent_count -= 1
         return write
