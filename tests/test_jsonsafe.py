@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -86,6 +88,24 @@ def test_compact_writes_what_dumps_writes_and_refuses_what_it_refuses(value: Any
         assert str(caught.value) == str(exc)
         return
     assert jsonsafe.compact(value) == expected
+
+
+def test_compact_refuses_a_cycle_even_with_the_recursion_limit_raised() -> None:
+    script = (
+        "import sys\n"
+        "from taskdecomp import jsonsafe\n"
+        "sys.setrecursionlimit(1_000_000)\n"
+        "cycle = [1]\n"
+        "cycle.append(cycle)\n"
+        "try:\n"
+        "    jsonsafe.compact(cycle)\n"
+        "except ValueError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(  # a stack overflow would kill the process, not fail a test
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "not JSON: Circular reference detected")
 
 
 def test_compact_refuses_a_cycle_and_what_is_not_json_as_dumps_does() -> None:

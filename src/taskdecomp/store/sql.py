@@ -16,6 +16,7 @@ with a message that names the database (never its password) and says what to che
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,6 +29,7 @@ from sqlalchemy import (
     URL,
     Connection,
     Engine,
+    Update,
     bindparam,
     create_engine,
     delete,
@@ -37,6 +39,8 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.pool import ConnectionPoolEntry
 
@@ -73,7 +77,14 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 
 # The checkpoint's statements, built once: values travel as parameters, so a checkpoint
 # spends its time in the database, not in building SQL expressions.
-_INSERT_RUN = insert(schema.runs)
+_INSERT_NEW_RUN = {
+    name: insert_of(schema.runs)
+    .on_conflict_do_nothing(index_elements=["id"])
+    .execution_options(preserve_rowcount=True)
+    for name, insert_of in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert))
+}
+"""A run's row unless its id is taken (then no row is inserted): one statement, no lookup
+first. SQLAlchemy keeps an ``INSERT``'s row count only when asked."""
 _INSERT_ATTEMPT = insert(schema.attempts)
 _INSERT_STEP = insert(schema.steps)
 _INSERT_PLAN = insert(schema.plans)
@@ -95,22 +106,28 @@ _TOUCH_RUN = (
 _FENCED_TOUCH = leases.FENCE.values(usage=bindparam("b_usage"), updated_at=bindparam("b_now"))
 """The checkpoint's run update, fenced by the lease (and renewing it): the fence costs no
 statement of its own."""
-_FINISH = (
-    update(schema.runs)
-    .where(schema.runs.c.id == bindparam("b_key"))
-    .values({name: bindparam(f"v_{name}") for name in rows.FINISHED_COLUMNS})
-)
-_FENCED_FINISH = _FINISH.where(
-    schema.runs.c.lease_owner == bindparam("b_owner"),
-    schema.runs.c.lease_epoch == bindparam("b_epoch"),
-    schema.runs.c.lease_expires_at.is_not(None),
-)
-"""A run's end, and the same fenced by the lease (which it gives up)."""
-_SET_APPROVALS = (
-    update(schema.runs)
-    .where(schema.runs.c.id == bindparam("b_key"))
-    .values(approvals=bindparam("b_approvals"))
-)
+
+
+@functools.cache
+def _finish(*, fenced: bool, approvals: bool) -> Update:
+    """A run's end, fenced by the lease (which it gives up) or not, with its approvals or not.
+
+    Built once each: SQLAlchemy would otherwise build and key a new statement every call.
+    """
+    runs = schema.runs
+    columns = (*rows.FINISHED_COLUMNS, "approvals") if approvals else rows.FINISHED_COLUMNS
+    statement = (
+        update(runs)
+        .where(runs.c.id == bindparam("b_key"))
+        .values({name: bindparam(f"v_{name}") for name in columns})
+    )
+    if fenced:
+        statement = statement.where(
+            runs.c.lease_owner == bindparam("b_owner"),
+            runs.c.lease_epoch == bindparam("b_epoch"),
+            runs.c.lease_expires_at.is_not(None),
+        )
+    return statement
 
 
 def normalize_url(url: str) -> URL:
@@ -346,11 +363,10 @@ class SqlStore:
         now = self.now()
         row = rows.new_run(run, now=now, owner=owner, ttl=ttl)
         with self.write() as conn:
-            if reads.run_exists(conn, run.run_id):
+            if conn.execute(_INSERT_NEW_RUN[self.dialect], row).rowcount != 1:
                 raise StoreError(
                     f"a run with id {run.run_id!r} is already stored; resume it or pick another id"
                 )
-            conn.execute(_INSERT_RUN, row)
         if owner is None:
             return None
         return Lease(run_id=run.run_id, owner=owner, epoch=1, ttl=ttl, expires_at=now + ttl)
@@ -594,15 +610,13 @@ class SqlStore:
         if lease is not None:
             params |= leases.params(lease, now=now)
         params["b_key"] = rows.key(run_id)
-        approved = None
         if approvals is not None:
-            approved = encode_json(dict(approvals), what="the run's approvals")
+            params["v_approvals"] = encode_json(dict(approvals), what="the run's approvals")
+        statement = _finish(fenced=lease is not None, approvals=approvals is not None)
         with self.write() as conn:
-            finished = conn.execute(_FINISH if lease is None else _FENCED_FINISH, params)
+            finished = conn.execute(statement, params)
             if lease is not None:
                 leases.held(conn, finished, lease)
-            if approved is not None:
-                conn.execute(_SET_APPROVALS, {"b_key": params["b_key"], "b_approvals": approved})
             self._events(conn, run_id, events)
 
     # -- queued runs (taskdecomp.scale) ---------------------------------------------------
