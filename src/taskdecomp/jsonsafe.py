@@ -73,7 +73,7 @@ _COMPACT = _compact_encoder()
 
 
 def compact(value: Any) -> str:
-    """``dumps(value, ensure_ascii=True, separators=(",", ":"))``, with one encoder kept.
+    """``dumps(value, ensure_ascii=True, separators=(",", ":"))``, straight to the C encoder.
 
     Raises:
         StrictJSONError: as :func:`dumps`.

@@ -373,11 +373,6 @@ def test_a_checkpoint_is_one_transaction(store: SqlStore) -> None:
     assert store.load_run(RunId("r1")).history[0].observation == "first"
 
 
-def test_a_run_end_writes_every_column_its_row_builder_gives() -> None:
-    result = RunResult(run_id=RunId("r1"), status="ok", stop_reason=stops.SUCCESS)
-    assert tuple(rows.finished(result, now=1.0)) == rows.FINISHED_COLUMNS  # nothing left out
-
-
 def test_a_batch_stores_its_writes_events_in_order_and_all_or_nothing(
     store: SqlStore,
 ) -> None:

@@ -29,14 +29,17 @@ from taskdecomp.store.base import Lease
 
 _runs = schema.runs
 
+HELD = (
+    _runs.c.lease_owner == bindparam("b_owner"),
+    _runs.c.lease_epoch == bindparam("b_epoch"),
+    _runs.c.lease_expires_at.is_not(None),
+)
+"""The run's row is held by the lease :func:`params` binds: what every fenced statement adds
+to its ``WHERE``."""
+
 FENCE = (
     update(_runs)
-    .where(
-        _runs.c.id == bindparam("b_key"),
-        _runs.c.lease_owner == bindparam("b_owner"),
-        _runs.c.lease_epoch == bindparam("b_epoch"),
-        _runs.c.lease_expires_at.is_not(None),
-    )
+    .where(_runs.c.id == bindparam("b_key"), *HELD)
     .values(lease_heartbeat_at=bindparam("b_now"), lease_expires_at=bindparam("b_expires"))
 )
 """Renew the lease if it still holds the run: the fence of a write that updates no run row."""
@@ -58,10 +61,7 @@ def _fenced_intent() -> Insert:
     attempts = schema.attempts
     columns = [column for column in attempts.c if column.name != "id"]
     values = select(*[bindparam(f"v_{c.name}", type_=c.type) for c in columns]).where(
-        _runs.c.id == bindparam("b_key"),
-        _runs.c.lease_owner == bindparam("b_owner"),
-        _runs.c.lease_epoch == bindparam("b_epoch"),
-        _runs.c.lease_expires_at.is_not(None),
+        _runs.c.id == bindparam("b_key"), *HELD
     )
     return insert(attempts).from_select(columns, values.with_for_update(read=True))
 

@@ -131,19 +131,6 @@ def events(run_id: RunId, records: Sequence[EventRecord]) -> list[Row]:
     ]
 
 
-FINISHED_COLUMNS = (
-    "status",
-    "stop_reason",
-    "usage",
-    "result",
-    "updated_at",
-    "finished_at",
-    "lease_heartbeat_at",
-    "lease_expires_at",
-)
-"""The ``runs`` columns :func:`finished` gives, in its order."""
-
-
 def finished(result: RunResult, *, now: float) -> Row:
     """The ``runs`` columns a finished run updates; its lease ends with it."""
     outcome = {

@@ -109,25 +109,18 @@ statement of its own."""
 
 
 @functools.cache
-def _finish(*, fenced: bool, approvals: bool) -> Update:
-    """A run's end, fenced by the lease (which it gives up) or not, with its approvals or not.
+def _finish(columns: tuple[str, ...], *, fenced: bool) -> Update:
+    """A run's end setting ``columns``, fenced by the lease (which it gives up) or not.
 
     Built once each: SQLAlchemy would otherwise build and key a new statement every call.
     """
     runs = schema.runs
-    columns = (*rows.FINISHED_COLUMNS, "approvals") if approvals else rows.FINISHED_COLUMNS
     statement = (
         update(runs)
         .where(runs.c.id == bindparam("b_key"))
         .values({name: bindparam(f"v_{name}") for name in columns})
     )
-    if fenced:
-        statement = statement.where(
-            runs.c.lease_owner == bindparam("b_owner"),
-            runs.c.lease_epoch == bindparam("b_epoch"),
-            runs.c.lease_expires_at.is_not(None),
-        )
-    return statement
+    return statement.where(*leases.HELD) if fenced else statement
 
 
 def normalize_url(url: str) -> URL:
@@ -606,13 +599,14 @@ class SqlStore:
             LeaseLostError: ``lease`` no longer holds the run.
         """
         now = self.now()
-        params = {f"v_{name}": value for name, value in rows.finished(result, now=now).items()}
+        values = rows.finished(result, now=now)
+        if approvals is not None:
+            values["approvals"] = encode_json(dict(approvals), what="the run's approvals")
+        statement = _finish(tuple(values), fenced=lease is not None)
+        params = {f"v_{name}": value for name, value in values.items()}
         if lease is not None:
             params |= leases.params(lease, now=now)
         params["b_key"] = rows.key(run_id)
-        if approvals is not None:
-            params["v_approvals"] = encode_json(dict(approvals), what="the run's approvals")
-        statement = _finish(fenced=lease is not None, approvals=approvals is not None)
         with self.write() as conn:
             finished = conn.execute(statement, params)
             if lease is not None:
@@ -726,7 +720,7 @@ class SqlStore:
     def _event_rows(self, conn: Connection, event_rows: list[dict[str, Any]]) -> None:
         """Insert ``event_rows`` now, or at the end of the batch ``conn`` belongs to."""
         pending: list[dict[str, Any]] | None = getattr(self._batch, "events", None)
-        if pending is not None and conn is self._batch.conn:
+        if pending is not None:  # inside a batch, ``conn`` is its connection
             pending += event_rows
         else:
             bulk.insert_rows(conn, schema.events, event_rows)
