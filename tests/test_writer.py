@@ -245,6 +245,87 @@ def test_a_write_racing_the_close_is_made_or_refused_never_left_waiting(store: S
     assert len(kinds(store)) == len(futures)
 
 
+@pytest.mark.usefixtures("run_row")
+def test_the_last_write_is_made_on_the_calling_thread_with_everything_queued_in_one_commit(
+    store: SqlStore,
+) -> None:
+    writer = GroupWriter(store, name="test", linger=600)  # the thread never takes a group
+    errors: list[BaseException] = []
+    for n in range(1, 4):
+        writer.post(event_write(store, n), on_error=errors.append)
+    before = (store.commits, store.durable_commits)
+    callers: list[threading.Thread] = []
+
+    def final() -> str:
+        callers.append(threading.current_thread())
+        put_event(store, 4)
+        return "ended"
+
+    assert writer.last(final) == "ended"
+    assert callers == [threading.current_thread()]
+    assert (store.commits - before[0], store.durable_commits - before[1]) == (1, 1)
+    assert kinds(store) == ["e1", "e2", "e3", "e4"] and not errors
+    writer._thread.join(60)  # told to stop, not waited for
+    assert not writer._thread.is_alive()
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.post(event_write(store, 5), on_error=errors.append)
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.last(event_write(store, 6))
+    writer.close()  # a no-op now
+
+
+@pytest.mark.usefixtures("run_row")
+def test_the_last_write_waits_for_the_group_the_thread_is_committing(store: SqlStore) -> None:
+    first = Held(store)
+    writer = GroupWriter(store, name="test", linger=0)
+    writer.submit(first)
+    assert first.inside.wait(10)
+    writer.submit(event_write(store, 1))  # queued behind the held group
+    ending = threading.Thread(target=writer.last, args=(event_write(store, 2),))
+    ending.start()
+    ending.join(0.2)
+    assert ending.is_alive()  # waits while the thread is inside its transaction
+    first.gate.set()
+    ending.join(60)
+    assert not ending.is_alive() and kinds(store) == ["e0", "e1", "e2"]
+
+
+@pytest.mark.usefixtures("run_row")
+def test_a_last_write_that_fails_raises_and_the_writes_before_it_still_commit(
+    store: SqlStore,
+) -> None:
+    writer = GroupWriter(store, name="test", linger=600)
+    errors: list[BaseException] = []
+    writer.post(event_write(store, 1), on_error=errors.append)
+
+    def broken() -> None:
+        put_event(store, 99)
+        raise StoreError("the disk is full")
+
+    with pytest.raises(StoreError, match="disk is full"):
+        writer.last(broken)
+    assert kinds(store) == ["e1"] and not errors
+
+
+@pytest.mark.usefixtures("run_row")
+def test_an_interrupt_during_the_last_write_propagates_and_rolls_its_group_back(
+    store: SqlStore,
+) -> None:
+    writer = GroupWriter(store, name="test", linger=600)
+    errors: list[BaseException] = []
+    writer.post(event_write(store, 1), on_error=errors.append)
+
+    def interrupted() -> None:
+        put_event(store, 2)
+        raise KeyboardInterrupt  # Ctrl-C while the caller makes the group
+
+    with pytest.raises(KeyboardInterrupt):
+        writer.last(interrupted)
+    assert kinds(store) == [] and not errors  # not retried one by one: the caller stops
+    writer._thread.join(60)
+    assert not writer._thread.is_alive()
+
+
 def test_a_closed_writer_refuses_writes(store: SqlStore) -> None:
     writer = GroupWriter(store, name="test")
     writer.close()

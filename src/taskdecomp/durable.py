@@ -448,8 +448,11 @@ class Journal:
         if self._writer is None:
             write()
             return
-        error = self._writer.submit(write, durable=True).exception()  # waits for the commit
-        self._writer.close(flush=False)  # nothing was queued after it
+        error = None
+        try:
+            self._writer.last(write)
+        except Exception as exc:  # after the writes queued before it have reported
+            error = exc
         if self.lost is not None:
             raise self.lost  # a write queued before it found the run taken over
         if self.failed is not None:

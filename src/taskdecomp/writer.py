@@ -7,7 +7,8 @@ steps that finished meanwhile, and a commit never holds up the steps still runni
 
 A write marked ``durable`` (the intent before an ``unsafe`` call, the end of the run) makes
 its whole group wait for the disk; since a log is synced as a whole, that also makes every
-group before it durable. A group that fails is rolled back and its writes are made again one
+group before it durable. The run's last write is made by its caller, who waits for it anyway
+(:meth:`GroupWriter.last`). A group that fails is rolled back and its writes are made again one
 by one, so each write's future reports its own outcome. Consecutive writes that say they
 can be made together (:class:`Joinable`, a run's checkpoints) are made by one call, so a
 group costs a handful of statements however many steps it holds.
@@ -96,9 +97,11 @@ class GroupWriter:
         self._queue: queue.SimpleQueue[_Write[Any] | object] = queue.SimpleQueue()
         self._urgent = threading.Condition()  # guards the count and the queue's end
         self._urgent_count = 0  # writes that wake the thread, and stops, not yet taken
+        self._committing = threading.Lock()  # held while a group is taken and made
+        self._closed = False
+        self._stopped = False  # set by last(), which made the writes itself
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
-        self._closed = False
 
     def submit(self, write: Callable[[], _T], *, durable: bool = False) -> Future[_T]:
         """Queue ``write``; its future ends when the transaction it is in has committed."""
@@ -145,35 +148,78 @@ class GroupWriter:
 
         Later submits are refused.
         """
-        if self._closed:
-            return
-        if flush:
+        if flush and not self._closed:
             self.flush()
         with self._urgent:
+            if self._closed:
+                return
             self._closed = True
             self._queue.put(_STOP)
             self._urgent_count += 1
             self._urgent.notify()
         self._thread.join()
 
+    def last(self, write: Callable[[], _T]) -> _T:
+        """Make ``write`` durably after every queued write, on this thread; then stop.
+
+        The writes still queued and ``write`` are made here, in one durable transaction,
+        once a group the thread may be committing has ended. The caller waits for the disk
+        either way; handing the group to the thread would add two wake-ups, each paid on a
+        busy loop. The thread is told to stop and not waited for. Later submits are refused.
+
+        Raises:
+            RuntimeError: the writer is closed.
+            Exception: what ``write`` raised; a queued write's failure goes where it would
+                have gone on the thread (its future or its error handler).
+        """
+        final: _Write[_T] = _Write(write=write, durable=True, future=Future())
+        with self._committing:
+            with self._urgent:
+                if self._closed:
+                    raise RuntimeError("the writer is closed")
+                self._closed = True
+            try:
+                group = []
+                while not self._queue.empty():  # nothing is queued after the close
+                    item = self._take()
+                    if item is not None:
+                        group.append(item)
+                self._commit([*group, final])
+            finally:
+                with self._urgent:
+                    self._stopped = True
+                    self._urgent.notify()
+        assert final.future is not None
+        return final.future.result()
+
     def _loop(self) -> None:
         stop = False
         while not stop:
-            group, stop = self._next_group()
-            if group:
-                self._commit(group)
+            self._sleep()
+            with self._committing:
+                if self._stopped:
+                    return
+                group, stop = self._next_group()
+                if group:
+                    self._commit(group)
+
+    def _sleep(self) -> None:
+        """Sleep until a durable write or a stop is queued, or for ``linger``.
+
+        Other writes are queued without waking the thread: a thread woken while the event
+        loop is busy waits for the GIL, and every time the loop lets the GIL go (each turn
+        of the loop) wakes it again in vain, which cost a busy run more than its writes.
+        """
+        with self._urgent:
+            self._urgent.wait_for(
+                lambda: self._urgent_count > 0 or self._stopped, max(self._linger, 0) or None
+            )
 
     def _next_group(self) -> tuple[list[_Write[Any]], bool]:
         """The next writes to commit together, and whether a stop came after them.
 
-        The thread sleeps until a durable write or a stop is queued, or for ``linger``;
-        then the group is everything queued, up to the first durable write. Other writes
-        are queued without waking it: a thread woken while the event loop is busy waits
-        for the GIL, and every time the loop lets the GIL go (each turn of the loop) wakes
-        it again in vain, which cost a busy run more than its writes.
+        Everything queued, up to the first durable write.
         """
-        with self._urgent:
-            self._urgent.wait_for(lambda: self._urgent_count > 0, max(self._linger, 0) or None)
         group: list[_Write[Any]] = []
         while not self._queue.empty():  # only this thread takes, so it stays non-empty
             item = self._take()
@@ -207,6 +253,8 @@ class GroupWriter:
             with self._store.batch(durable=durable):
                 results = _make(group)
         except BaseException as exc:  # reported through the futures
+            if not isinstance(exc, Exception) and threading.current_thread() is not self._thread:
+                raise  # the caller of last() is interrupted (Ctrl-C): the group is rolled back
             if len(group) == 1:
                 group[0].failed(exc)
                 return
@@ -221,6 +269,8 @@ class GroupWriter:
             with self._store.batch(durable=item.durable):
                 result = item.write()
         except BaseException as exc:  # reported through the future
+            if not isinstance(exc, Exception) and threading.current_thread() is not self._thread:
+                raise
             item.failed(exc)
         else:
             item.ended(result)
