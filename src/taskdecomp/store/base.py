@@ -103,6 +103,8 @@ class Checkpoint:
     trace: TraceEntry
     history: HistoryEntry | None = None
     """The finished step, when the attempt succeeded."""
+    observation_json: str | None = None
+    """The history's observation as stored, when it was encoded already (checked before)."""
     usage: Usage
     """What the run has spent so far."""
     events: Sequence[EventRecord] = ()

@@ -6,6 +6,7 @@ the store refuses raises before a transaction starts.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -19,8 +20,9 @@ from taskdecomp.store.codec import encode_json, encode_optional_text, encode_tex
 Row = dict[str, Any]
 
 
+@functools.lru_cache(maxsize=256)
 def key(run_id: RunId) -> str:
-    """The stored form of a run id."""
+    """The stored form of a run id (kept for the runs in use: every row of a step has it)."""
     return encode_text(run_id, what="run id")
 
 
@@ -104,15 +106,19 @@ def attempt_end(run_id: RunId, checkpoint: Checkpoint, *, now: float) -> Row:
     return row
 
 
-def step(run_id: RunId, entry: HistoryEntry, *, now: float) -> Row:
-    """The ``steps`` row of a finished step (its history entry)."""
+def step(run_id: RunId, entry: HistoryEntry, *, now: float, observation: str | None = None) -> Row:
+    """The ``steps`` row of a finished step (its history entry).
+
+    ``observation`` is the observation's :func:`encode_json` text, when made already.
+    """
+    if observation is None:
+        what = f"the observation of step {entry.plan_step.id!r}"
+        observation = encode_json(entry.observation, what=what)
     return {
         "run_id": key(run_id),
         "step_id": encode_text(entry.plan_step.id, what="the step id"),
         "step_no": entry.step_no,
-        "observation": encode_json(
-            entry.observation, what=f"the observation of step {entry.plan_step.id!r}"
-        ),
+        "observation": observation,
         "finished_at": now,
     }
 

@@ -506,7 +506,10 @@ class SqlStore:
                 end = {f"b_{name}": attempt_row[name] for name in ("state", "trace")}
                 ended.append({**end, "b_id": checkpoint.attempt_id, "b_now": now})
             if checkpoint.history is not None:
-                steps.append(rows.step(run_id, checkpoint.history, now=now))
+                observation = checkpoint.observation_json
+                steps.append(
+                    rows.step(run_id, checkpoint.history, now=now, observation=observation)
+                )
             events += rows.events(run_id, checkpoint.events)
         states = [c.strategy_state for c in checkpoints if c.strategy_state is not None]
         state = encode_json(dict(states[-1]), what="the run's strategy state") if states else None
