@@ -24,6 +24,18 @@ def test_the_seed_toolset_loads_unchanged() -> None:
     assert toolset["fetch_sales_data"].side_effects == "read_only"
 
 
+def test_an_argument_schema_is_a_copy_of_its_own_each_time() -> None:
+    spec = load_toolset(SALES_TOOLS)["get_manager_profile"]
+    first = spec.args_schema()
+    first["properties"]["manager_id"]["type"] = "string"  # a caller that edits its copy
+    first["required"].clear()
+    again = spec.args_schema()
+    assert again["properties"]["manager_id"]["type"] == "integer"
+    assert again["required"] == ["manager_id"]
+    pydantic = spec.args_model.model_json_schema()
+    assert again == {key: value for key, value in pydantic.items() if key != "title"}
+
+
 def test_catalog_lists_only_allowed_tools_in_definition_order() -> None:
     toolset = load_toolset(SALES_TOOLS)
     names = [
