@@ -24,7 +24,9 @@
     read-only tools over 1 s; when the first tool starts, as a share of the planner's
     latency (target under 0.5). And the sales workload (the same plan, model 200 ms) with
     the plan streamed over those 200 ms against unstreamed and against the unstreamed ideal
-    (two model latencies and one tool latency; target: streamed under the ideal).
+    (two model latencies and one tool latency; target: streamed under the ideal), with how
+    long before the planner's end the last step's JSON was whole (the most its tool can gain
+    from streaming) and the run's three waits alone, without the engine (the floor).
 """
 
 from __future__ import annotations
