@@ -291,37 +291,30 @@ def test_the_last_write_waits_for_the_group_the_thread_is_committing(store: SqlS
 
 
 @pytest.mark.usefixtures("run_row")
-def test_a_last_write_that_fails_raises_and_the_writes_before_it_still_commit(
-    store: SqlStore,
+@pytest.mark.parametrize(
+    ("raised", "kept"),
+    [
+        (StoreError("the disk is full"), ["e1", "e2"]),  # a failure: the rest is still made
+        (KeyboardInterrupt(), []),  # Ctrl-C while the caller makes the group: it stops there
+    ],
+)
+def test_a_last_write_that_raises_fails_alone_unless_it_is_an_interrupt(
+    store: SqlStore, raised: BaseException, kept: list[str]
 ) -> None:
     writer = GroupWriter(store, name="test", linger=600)
     errors: list[BaseException] = []
     writer.post(event_write(store, 1), on_error=errors.append)
+    waited = writer.submit(event_write(store, 2))  # queued without waking the thread
 
     def broken() -> None:
         put_event(store, 99)
-        raise StoreError("the disk is full")
+        raise raised
 
-    with pytest.raises(StoreError, match="disk is full"):
+    with pytest.raises(type(raised)):
         writer.last(broken)
-    assert kinds(store) == ["e1"] and not errors
-
-
-@pytest.mark.usefixtures("run_row")
-def test_an_interrupt_during_the_last_write_propagates_and_rolls_its_group_back(
-    store: SqlStore,
-) -> None:
-    writer = GroupWriter(store, name="test", linger=600)
-    errors: list[BaseException] = []
-    writer.post(event_write(store, 1), on_error=errors.append)
-
-    def interrupted() -> None:
-        put_event(store, 2)
-        raise KeyboardInterrupt  # Ctrl-C while the caller makes the group
-
-    with pytest.raises(KeyboardInterrupt):
-        writer.last(interrupted)
-    assert kinds(store) == [] and not errors  # not retried one by one: the caller stops
+    assert kinds(store) == kept and not errors
+    assert waited.done()  # made, or failed with the interrupt: nobody is left waiting
+    assert (waited.exception() is raised) == isinstance(raised, KeyboardInterrupt)
     writer._thread.join(60)
     assert not writer._thread.is_alive()
 

@@ -10,12 +10,12 @@ sets the isolation of every tool that does not choose its own.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.util
 import inspect
 import json
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,15 +180,21 @@ class ToolSpec:
         return {"name": self.name, "description": self.description, "args": self.args_schema()}
 
 
-@functools.lru_cache(maxsize=1024)
-def _schema_text(args_model: type[BaseModel]) -> str:
-    """An argument model's JSON schema, made once.
+_SCHEMAS: weakref.WeakKeyDictionary[type[BaseModel], str] = weakref.WeakKeyDictionary()
 
-    Pydantic takes about 0.1 ms a tool, which every planner call paid for every tool.
+
+def _schema_text(args_model: type[BaseModel]) -> str:
+    """An argument model's JSON schema, made once while the model lives.
+
+    Pydantic takes about 0.1 ms a tool, which every planner call paid for every tool. Kept
+    by a weak key: a toolset built for one run does not outlive it here.
     """
-    schema = args_model.model_json_schema()
-    schema.pop("title", None)
-    return json.dumps(schema)
+    text = _SCHEMAS.get(args_model)
+    if text is None:
+        schema = args_model.model_json_schema()
+        schema.pop("title", None)
+        text = _SCHEMAS[args_model] = json.dumps(schema)
+    return text
 
 
 def _check_importable(fn: Callable[..., Any], name: str) -> None:

@@ -171,20 +171,29 @@ class GroupWriter:
             RuntimeError: the writer is closed.
             Exception: what ``write`` raised; a queued write's failure goes where it would
                 have gone on the thread (its future or its error handler).
+            BaseException: an interrupt (Ctrl-C) while the group was made: it propagates,
+                and the futures not yet ended fail with it (their writes may or may not
+                have been committed).
         """
         final: _Write[_T] = _Write(write=write, durable=True, future=Future())
+        group: list[_Write[Any]] = []
         with self._committing:
-            with self._urgent:
-                if self._closed:
-                    raise RuntimeError("the writer is closed")
-                self._closed = True
             try:
-                group = []
+                with self._urgent:
+                    if self._closed:
+                        raise RuntimeError("the writer is closed")
+                    self._closed = True
                 while not self._queue.empty():  # nothing is queued after the close
                     item = self._take()
                     if item is not None:
                         group.append(item)
-                self._commit([*group, final])
+                group.append(final)
+                self._commit(group)
+            except BaseException as exc:  # _commit reports the rest: only an interrupt is left
+                for item in group:
+                    if item.future is not None and not item.future.done():
+                        item.future.set_exception(exc)  # nobody is left waiting
+                raise
             finally:
                 with self._urgent:
                     self._stopped = True
@@ -254,7 +263,7 @@ class GroupWriter:
                 results = _make(group)
         except BaseException as exc:  # reported through the futures
             if not isinstance(exc, Exception) and threading.current_thread() is not self._thread:
-                raise  # the caller of last() is interrupted (Ctrl-C): the group is rolled back
+                raise  # the caller of last() is interrupted (Ctrl-C): it stops here
             if len(group) == 1:
                 group[0].failed(exc)
                 return
