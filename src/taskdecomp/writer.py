@@ -230,7 +230,7 @@ class GroupWriter:
         Everything queued, up to the first durable write.
         """
         group: list[_Write[Any]] = []
-        while not self._queue.empty():  # only this thread takes, so it stays non-empty
+        while not self._queue.empty():  # takers hold _committing, so it stays non-empty
             item = self._take()
             if item is None:
                 return group, True
@@ -262,8 +262,8 @@ class GroupWriter:
             with self._store.batch(durable=durable):
                 results = _make(group)
         except BaseException as exc:  # reported through the futures
-            if not isinstance(exc, Exception) and threading.current_thread() is not self._thread:
-                raise  # the caller of last() is interrupted (Ctrl-C): it stops here
+            if self._interrupts_caller(exc):
+                raise
             if len(group) == 1:
                 group[0].failed(exc)
                 return
@@ -278,11 +278,15 @@ class GroupWriter:
             with self._store.batch(durable=item.durable):
                 result = item.write()
         except BaseException as exc:  # reported through the future
-            if not isinstance(exc, Exception) and threading.current_thread() is not self._thread:
+            if self._interrupts_caller(exc):
                 raise
             item.failed(exc)
         else:
             item.ended(result)
+
+    def _interrupts_caller(self, exc: BaseException) -> bool:
+        """Whether ``exc`` interrupts the caller of :meth:`last` (Ctrl-C): it stops there."""
+        return not isinstance(exc, Exception) and threading.current_thread() is not self._thread
 
 
 def _make(group: list[_Write[Any]]) -> list[Any]:
