@@ -349,16 +349,17 @@ class _StreamClock(ScriptedModel):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if request.on_text is None or request.phase != "plan":
             return await super().complete(request)
-        sink, sent, whole = request.on_text, [0], [0.0]
+        sink, sent, whole = request.on_text, 0, 0.0
 
         def on_text(piece: str) -> None:
-            sent[0] += len(piece)
-            if not whole[0] and sent[0] >= self._whole_at:
-                whole[0] = time.perf_counter()
+            nonlocal sent, whole
+            sent += len(piece)
+            if not whole and sent >= self._whole_at:
+                whole = time.perf_counter()
             sink(piece)
 
         response = await super().complete(replace(request, on_text=on_text))
-        self.head_start = time.perf_counter() - whole[0]
+        self.head_start = time.perf_counter() - whole
         return response
 
 

@@ -580,8 +580,8 @@ class Attempt:
         self._journal = journal
         self._start = start
         self._attempt_id = attempt_id
-        self._checked: tuple[Any, str] | None = None
-        """The observation checked and its stored form, encoded once (and as it was then)."""
+        self._observation_json: str | None = None
+        """The checked observation's stored form, encoded once (as it was then)."""
 
     def check(self, tool: str, observation: Any) -> None:
         """Refuse an observation the store cannot keep, before anything is recorded.
@@ -593,7 +593,7 @@ class Attempt:
             text = encode_json(observation, what=f"the observation of step {self._start.step_id!r}")
         except StoreValueError as exc:
             raise StopRun(with_detail("tool_error", tool), message=str(exc)) from exc
-        self._checked = (observation, text)
+        self._observation_json = text
 
     async def succeeded(
         self,
@@ -655,17 +655,13 @@ class Attempt:
             entry = replace(entry, error=entry.error[:MAX_STORED_ERROR_CHARS] + " [cut]")
         if strategy_state is not None:  # the agent's turn lists grow after this returns
             strategy_state = _frozen(strategy_state)
-        checked = self._checked
-        observation = None
-        if history is not None and checked is not None and checked[0] is history.observation:
-            observation = checked[1]
         checkpoint = Checkpoint(
             attempt=self._start,
             attempt_id=self._attempt_id,
             state=state,
             trace=entry,
             history=history,
-            observation_json=observation,
+            observation_json=self._observation_json if history is not None else None,
             usage=journal.usage(),
             events=journal.drain(),
             strategy_state=strategy_state,
