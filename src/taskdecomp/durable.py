@@ -37,9 +37,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import secrets
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -74,6 +71,7 @@ from taskdecomp.events import (
     StepFinished,
     StepStarted,
 )
+from taskdecomp.owners import new_owner_id
 from taskdecomp.plan import Plan, Step, TaskId
 from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
 from taskdecomp.stops import StopRun, with_detail
@@ -121,11 +119,6 @@ def durability(value: str) -> Durability:
         "(async commits steps in groups and waits for the disk only before unsafe calls "
         "and at the end; sync commits every step durably)"
     )
-
-
-def new_owner_id() -> str:
-    """A lease owner id: host name, process id and a random suffix, e.g. ``box:4242:9f3a1c``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
 def lease_seconds(seconds: float) -> float:

@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import logging
 
-from taskdecomp import durable, stops
+from taskdecomp import durable, owners, stops
 from taskdecomp.durable import Durability
 from taskdecomp.errors import RunLeasedError, RunNotFoundError, StoreError
 from taskdecomp.models import ScriptedModel
@@ -56,7 +56,7 @@ async def execute(run_id: RunId, how: Execution) -> str:
     try:
         admission = store.admit_run(
             run_id,
-            owner=durable.new_owner_id(),
+            owner=owners.new_owner_id(),
             ttl=durable.lease_seconds(how.lease_seconds),
             max_recoveries=how.max_recoveries,
         )

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from taskdecomp import durable
+from taskdecomp import durable, owners
 from taskdecomp.budget import Budget
 from taskdecomp.errors import ConfigError, RunLeasedError, RunNotFoundError
 from taskdecomp.run import RunId, new_run_id
@@ -125,7 +125,7 @@ def cancel(run_id: str, *, store: SqlStore) -> Cancelled:
     if status == "queued":
         try:
             lease = store.acquire_lease(
-                RunId(run_id), owner=durable.new_owner_id(), ttl=durable.lease_seconds(30)
+                RunId(run_id), owner=owners.new_owner_id(), ttl=durable.lease_seconds(30)
             )
         except RunLeasedError:
             return "requested"  # a worker took it this moment: it sees the request

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any, Literal
 
-from taskdecomp import durable
+from taskdecomp import durable, owners
 from taskdecomp.budget import MIN_PLAN_STEPS, Budget
 from taskdecomp.durable import DEFAULT_DURABILITY, Durability
 from taskdecomp.errors import ConfigError
@@ -130,7 +130,7 @@ async def run(
         )
         ttl = durable.lease_seconds(lease_seconds)
         with store.batch(durable=durability == "sync"):  # async: the first barrier syncs it
-            lease = store.create_run(new, owner=durable.new_owner_id(), ttl=ttl)
+            lease = store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
         attach_journal(ctx, store, lease, segment=1, started=started, durability=durability)
     phases = _phases(budget, combiner, options, None, stream_plan)
     async with durable.leased(ctx.journal):

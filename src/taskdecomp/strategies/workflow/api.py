@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from taskdecomp import durable
+from taskdecomp import durable, owners
 from taskdecomp.budget import Budget, Usage
 from taskdecomp.durable import DEFAULT_DURABILITY, Durability, StoredConfig
 from taskdecomp.errors import ConfigError, CorruptRecordError
@@ -141,7 +141,7 @@ async def run_workflow(
         )
         ttl = durable.lease_seconds(lease_seconds)
         with store.batch(durable=durability == "sync"):  # the run with its starting state
-            lease = store.create_run(new, owner=durable.new_owner_id(), ttl=ttl)
+            lease = store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
             store.save_state(
                 ctx.run_id,
                 Plan(steps=()),
