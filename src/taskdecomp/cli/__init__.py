@@ -1,8 +1,9 @@
 """The ``taskdecomp`` command line.
 
-Exit codes: 0 when the work succeeded, 1 when it stopped for any other reason, 2 for a usage
-or configuration error (one line on stderr, no traceback unless ``--debug``), 3 when a run
-waits for approval, 130 when interrupted (Ctrl-C).
+Exit codes: 0 when the work succeeded, 1 when it stopped for any other reason or the store
+failed while in use (a database gone, a full disk, a lost lease), 2 for a usage or
+configuration error the command can fix (one line on stderr, no traceback unless
+``--debug``), 3 when a run waits for approval, 130 when interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import click
 from taskdecomp.cli import approvals, runs, scale, serve, tools, trees, workflows
 from taskdecomp.cli._app import (
     EXIT_INTERRUPTED,
+    EXIT_STOPPED,
     EXIT_USAGE,
     PipeClosed,
     app,
     debug_enabled,
     set_debug,
 )
-from taskdecomp.errors import ConfigError
+from taskdecomp.errors import ConfigError, TaskdecompError
 from taskdecomp.models import local
 from taskdecomp.settings import load_settings
 
@@ -58,17 +60,17 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _exit(EXIT_INTERRUPTED)
     except PipeClosed:
         _exit(0, stdout_gone=True)  # the reader had what it wanted (| head)
-    except ConfigError as exc:
+    except TaskdecompError as exc:  # a store failing in use is not the command's fault
         if debug_enabled():
             traceback.print_exception(exc)
-        _fail(str(exc))
+        _fail(str(exc), code=EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_STOPPED)
     _exit(code if isinstance(code, int) else 0)
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, *, code: int = EXIT_USAGE) -> NoReturn:
     first = " ".join(message.split())
     print(f"taskdecomp: error: {first}", file=sys.stderr)
-    _exit(EXIT_USAGE)
+    _exit(code)
 
 
 def _exit(code: int, *, stdout_gone: bool = False) -> NoReturn:

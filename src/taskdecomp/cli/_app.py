@@ -20,7 +20,7 @@ import click
 from taskdecomp import jsonsafe
 from taskdecomp.cli.display import console, literal
 from taskdecomp.durable import DURABILITIES
-from taskdecomp.errors import ConfigError, StoreError, StrictJSONError
+from taskdecomp.errors import ConfigError, StoreConfigError, StrictJSONError
 from taskdecomp.models import Model, local, resolve_model
 from taskdecomp.models.local import is_available
 from taskdecomp.settings import OpenAISettings, Settings
@@ -200,13 +200,13 @@ def open_run_store(
     ``--db`` is an error instead of an empty new store.
 
     Raises:
-        StoreError: the store cannot be opened, or (without ``create``) it does not exist.
+        StoreConfigError: the store cannot be opened, or (without ``create``) it does not exist.
     """
     url = settings.store_url(db)
     path = sqlite_file(url)
     new = path is not None and not path.exists()
     if new and not create:
-        raise StoreError(
+        raise StoreConfigError(
             f"no run store at {str(path)!r}: nothing has run with it yet, or the path is "
             "mistyped; check --db / TASKDECOMP_DATABASE_URL (taskdecomp run creates it)"
         )
