@@ -10,14 +10,9 @@ from typing import Any
 import click
 
 from taskdecomp.cli import _app
-from taskdecomp.cli._app import DB_OPTION, LOCAL_THREADS_OPTION, app
+from taskdecomp.cli._app import DB_OPTION, LOCAL_THREADS_OPTION, app, load_settings
 from taskdecomp.errors import ConfigError
-from taskdecomp.settings import (
-    choose_model,
-    load_decomp_settings,
-    load_openai_settings,
-    load_settings,
-)
+from taskdecomp.settings import choose_model, load_decomp_settings, load_openai_settings
 
 GRACE_SECONDS = 3
 """How long open connections get to finish once the server is told to stop."""
