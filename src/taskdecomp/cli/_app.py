@@ -319,6 +319,26 @@ def local_model_available() -> bool:
 
 
 @contextlib.contextmanager
+def needs_extra(command: str, extra: str, *packages: str) -> Iterator[None]:
+    """Turn the import of a missing ``packages`` in the block into a usage error.
+
+    The error names the extra that installs them; a package missing from an installed one
+    (a broken install) is left as it is.
+
+    Raises:
+        ConfigError: one of ``packages`` is not installed.
+    """
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in packages:
+            raise
+        raise ConfigError(
+            f"'taskdecomp {command}' needs the {extra} extra: pip install 'taskdecomp[{extra}]'"
+        ) from None
+
+
+@contextlib.contextmanager
 def open_run_store(
     settings: Settings, db: str | None, *, create: bool = False, quiet: bool = False
 ) -> Iterator[SqlStore]:

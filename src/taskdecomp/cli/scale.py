@@ -17,6 +17,7 @@ from taskdecomp.cli._app import (
     echo_json,
     load_settings,
     names,
+    needs_extra,
     open_run_store,
 )
 from taskdecomp.cli.display import console, literal
@@ -78,6 +79,9 @@ def worker_command(
     PostgreSQL URL) and the same --tools / --model names. A worker also delivers again the
     runs of a worker that died, once their lease (TASKDECOMP_LEASE_SECONDS) has run out.
     """
+    with needs_extra("worker", "scale", "dbos"):
+        import dbos  # noqa: F401  # the queue: without it, say so before anything is opened
+
     from taskdecomp import durable
     from taskdecomp.scale.registry import Registry
     from taskdecomp.scale.runs import Execution
@@ -149,6 +153,9 @@ def submit_command(
 
     `runs`, `show`, `resume` and `cancel` work on queued runs as on any other.
     """
+    with needs_extra("submit", "scale", "dbos"):
+        import dbos  # noqa: F401  # the queue: without it the run would be stored, never queued
+
     from taskdecomp.scale.submit import submit
 
     settings = load_settings()
