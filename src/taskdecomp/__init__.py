@@ -10,14 +10,16 @@ are in (``replan``). Every run ends with an explicit stop reason.
     >>> result.stop_reason
     'success'
 
-Names whose modules need heavy dependencies (pydantic, SQLAlchemy, the engine, model SDKs)
-are imported on first use, so ``import taskdecomp`` and the command line start fast.
+Every name but the exceptions is imported on first use, so ``import taskdecomp`` and the
+command line start fast: pydantic, SQLAlchemy, the engine and the model SDKs load only once
+a name that needs them is used.
 """
 
 import importlib
+import sys
+import types
 import typing
 
-from taskdecomp.budget import Budget, Usage
 from taskdecomp.errors import (
     ConfigError,
     CorruptRecordError,
@@ -34,11 +36,9 @@ from taskdecomp.errors import (
     ToolsetError,
     TreeNotFoundError,
 )
-from taskdecomp.plan import Plan, Step, TaskId
-from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
-from taskdecomp.stops import CODES, StopReason, StopRun, is_known
 
 if typing.TYPE_CHECKING:
+    from taskdecomp.budget import Budget, Usage
     from taskdecomp.decomposition import DecompOptions, DecompositionResult
     from taskdecomp.events import (
         AgentTurn,
@@ -65,8 +65,11 @@ if typing.TYPE_CHECKING:
         register_provider,
         resolve_model,
     )
+    from taskdecomp.plan import Plan, Step, TaskId
     from taskdecomp.policy import parse_model_json, validate_plan_action
+    from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
     from taskdecomp.scale.submit import submit
+    from taskdecomp.stops import CODES, StopReason, StopRun, is_known
     from taskdecomp.store import SqlStore, open_store
     from taskdecomp.store.trees import TreeRepository
     from taskdecomp.strategies.approval import approve, reject
@@ -77,12 +80,8 @@ if typing.TYPE_CHECKING:
     from taskdecomp.tools import Toolset, ToolSpec, load_toolset, tool
     from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTree, PlanTreeId
 
-# ``taskdecomp.run`` is the engine's entry, as it always was, not the submodule that the
-# import above bound to that name. The submodule stays loaded, so no later import of it
-# binds the name again.
-del globals()["run"]
-
 _MODULES: dict[str, tuple[str, ...]] = {
+    "taskdecomp.budget": ("Budget", "Usage"),
     "taskdecomp.decomposition": ("DecompOptions", "DecompositionResult"),
     "taskdecomp.events": (
         "AgentTurn",
@@ -109,8 +108,11 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "register_provider",
         "resolve_model",
     ),
+    "taskdecomp.plan": ("Plan", "Step", "TaskId"),
     "taskdecomp.policy": ("parse_model_json", "validate_plan_action"),
+    "taskdecomp.run": ("HistoryEntry", "RunId", "RunResult", "TraceEntry"),
     "taskdecomp.scale.submit": ("submit",),
+    "taskdecomp.stops": ("CODES", "StopReason", "StopRun", "is_known"),
     "taskdecomp.store": ("SqlStore", "open_store"),
     "taskdecomp.store.trees": ("TreeRepository",),
     "taskdecomp.strategies.approval": ("approve", "reject"),
@@ -216,3 +218,15 @@ def __getattr__(name: str) -> typing.Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "run" and isinstance(value, types.ModuleType):
+            return  # the import of the submodule taskdecomp.run: the name stays the function
+        super().__setattr__(name, value)
+
+
+# ``taskdecomp.run`` is the engine's entry, as it always was, not the submodule of that name,
+# which the import system binds on the package whenever something first imports it.
+sys.modules[__name__].__class__ = _Package
