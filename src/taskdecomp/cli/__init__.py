@@ -11,7 +11,6 @@ import contextlib
 import importlib
 import os
 import sys
-import traceback
 from types import ModuleType
 from typing import NoReturn
 
@@ -57,6 +56,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _exit(0, stdout_gone=True)  # the reader had what it wanted (| head)
     except ConfigError as exc:
         if debug_enabled():
+            import traceback  # here only: it costs every command a few milliseconds
+
             traceback.print_exception(exc)
         _fail(str(exc))
     _exit(code if isinstance(code, int) else 0)

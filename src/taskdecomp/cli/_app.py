@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import logging
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -25,6 +24,8 @@ from taskdecomp.durability import DURABILITIES
 from taskdecomp.errors import ConfigError, StoreError, StrictJSONError
 
 if TYPE_CHECKING:
+    import logging
+
     from taskdecomp.models import Model
     from taskdecomp.settings import OpenAISettings, Settings
     from taskdecomp.store import SqlStore
@@ -210,26 +211,36 @@ def debug_enabled() -> bool:
 def set_debug(on: bool) -> None:
     """Print tracebacks, or stop: of errors here, and of tools that raise (via logging)."""
     global _debug
+    if on == (_debug is not None):
+        return  # as asked already; logging, a few milliseconds, need not be imported
+    import logging
+
     logger = logging.getLogger("taskdecomp")
-    if on and _debug is None:
-        _debug = _StderrHandler()
-        _debug.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    if _debug is None:
+        _debug = _stderr_handler()
         logger.addHandler(_debug)
         logger.setLevel(logging.DEBUG)
-    elif not on and _debug is not None:
+    else:
         logger.removeHandler(_debug)
         logger.setLevel(logging.NOTSET)
         _debug = None
 
 
-class _StderrHandler(logging.Handler):
-    """Writes to whatever ``sys.stderr`` is now (the live status may have wrapped it)."""
+def _stderr_handler() -> logging.Handler:
+    import logging
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            sys.stderr.write(self.format(record) + "\n")
-        except Exception:
-            self.handleError(record)
+    class StderrHandler(logging.Handler):
+        """Writes to whatever ``sys.stderr`` is now (the live status may have wrapped it)."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                sys.stderr.write(self.format(record) + "\n")
+            except Exception:
+                self.handleError(record)
+
+    handler = StderrHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    return handler
 
 
 def _debug_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
