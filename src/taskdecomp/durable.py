@@ -43,12 +43,15 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, TypeVar, assert_never
+from typing import Any, TypeVar, assert_never
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from taskdecomp import stops
 from taskdecomp.budget import Budget, Usage
+from taskdecomp.durability import DEFAULT_DURABILITY as DEFAULT_DURABILITY
+from taskdecomp.durability import DURABILITIES as DURABILITIES
+from taskdecomp.durability import Durability as Durability
 from taskdecomp.errors import (
     ConfigError,
     CorruptRecordError,
@@ -98,11 +101,6 @@ MIN_LEASE_SECONDS = 0.1
 """The shortest lease a run may take (it is renewed every third of its length)."""
 
 _T = TypeVar("_T")
-
-Durability = Literal["async", "sync"]
-"""How a run's checkpoints reach the disk (see the module docstring)."""
-DURABILITIES: tuple[Durability, ...] = ("async", "sync")
-DEFAULT_DURABILITY: Durability = "async"
 
 
 def durability(value: str) -> Durability:

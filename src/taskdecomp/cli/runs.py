@@ -7,11 +7,11 @@ import dataclasses
 import shlex
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from taskdecomp import durable, stops
+from taskdecomp import stops
 from taskdecomp.cli import _app, views
 from taskdecomp.cli._app import (
     DB_OPTION,
@@ -26,22 +26,23 @@ from taskdecomp.cli._app import (
     build_models,
     debug_enabled,
     echo_json,
+    load_settings,
     load_tools,
     names,
     open_run_store,
     read_goal,
 )
 from taskdecomp.cli.display import Activity, console, literal
-from taskdecomp.durable import Durability
+from taskdecomp.durability import Durability
 from taskdecomp.events import Event, RunStopped, Subscriber
 from taskdecomp.models import Model
 from taskdecomp.prompts import check_directory
 from taskdecomp.run import RunId, RunResult
-from taskdecomp.runtime import run_blocking
-from taskdecomp.settings import choose_model, load_openai_settings, load_settings
-from taskdecomp.store import RunSummary, StoredRun
-from taskdecomp.strategies.plan_execute import STRATEGIES, Strategy, resume, run
-from taskdecomp.strategies.replan import PROMPT_NAMES, ReplanOptions
+
+if TYPE_CHECKING:
+    from taskdecomp.store import RunSummary, StoredRun
+    from taskdecomp.strategies.plan_execute import Strategy
+    from taskdecomp.strategies.replan import ReplanOptions
 
 
 @app.command("run")
@@ -74,7 +75,7 @@ from taskdecomp.strategies.replan import PROMPT_NAMES, ReplanOptions
 )
 @click.option(
     "--strategy",
-    type=click.Choice(STRATEGIES),
+    type=click.Choice(("plan_execute", "replan")),  # plan_execute.STRATEGIES, not imported yet
     default="plan_execute",
     show_default=True,
     help="plan_execute: plan once, run, combine. replan: plan, run the ready steps, replan.",
@@ -140,6 +141,10 @@ def run_command(
     text = read_goal(goal, goal_file)
     assert text is not None  # read_goal requires one
     replan = _replan_options(strategy, max_iterations, max_agent_turns, approve_plan, prompts)
+    from taskdecomp import durable  # the engine, once the arguments are known to be right
+    from taskdecomp.settings import choose_model, load_openai_settings
+    from taskdecomp.strategies.plan_execute import run
+
     settings = load_settings()
     budget = settings.budget(**budget_flags)
     openai_settings = load_openai_settings()
@@ -185,6 +190,8 @@ def until_done(
 
     Without ``as_json``, stderr shows what the run does while it works (:class:`Activity`).
     """
+    from taskdecomp.runtime import run_blocking
+
     ended: list[RunResult] = []
     activity = None if as_json else Activity(console(stderr=True))
 
@@ -227,6 +234,8 @@ def _replan_options(
     approve_plan: bool,
     prompts: Path | None,
 ) -> ReplanOptions | None:
+    from taskdecomp.strategies.replan import PROMPT_NAMES, ReplanOptions
+
     given = {
         "--max-iterations": max_iterations is not None,
         "--max-agent-turns": max_agent_turns is not None,
@@ -340,6 +349,9 @@ def resume_command(
     (an unknown run id, no store, a run owned by another process, a run that waits for
     approval), 130 on Ctrl-C.
     """
+    from taskdecomp import durable
+    from taskdecomp.strategies.plan_execute import resume
+
     settings = load_settings()
     with open_run_store(settings, db) as store:
         stored = store.load_run(RunId(run_id))
@@ -384,6 +396,9 @@ def resume_command(
 def _resume_models(
     stored: StoredRun, model: str | None, combiner_model: str | None, base_url: str | None
 ) -> tuple[Model | None, Model | str | None]:
+    from taskdecomp import durable
+    from taskdecomp.settings import load_openai_settings
+
     planner_spec = model or stored.model
     if planner_spec is None:
         return None, combiner_model  # resume() explains what is missing

@@ -8,7 +8,6 @@ from typing import Any
 
 import click
 
-from taskdecomp import durable
 from taskdecomp.cli._app import (
     DB_OPTION,
     DEBUG_OPTION,
@@ -16,12 +15,13 @@ from taskdecomp.cli._app import (
     LOCAL_THREADS_OPTION,
     app,
     echo_json,
+    load_settings,
     names,
+    needs_extra,
     open_run_store,
 )
 from taskdecomp.cli.display import console, literal
-from taskdecomp.durable import Durability
-from taskdecomp.settings import load_settings
+from taskdecomp.durability import Durability
 
 QUEUE_OPTION = click.option(
     "--queue", default="default", show_default=True, help="The queue to use."
@@ -79,6 +79,10 @@ def worker_command(
     PostgreSQL URL) and the same --tools / --model names. A worker also delivers again the
     runs of a worker that died, once their lease (TASKDECOMP_LEASE_SECONDS) has run out.
     """
+    with needs_extra("worker", "scale", "dbos"):
+        import dbos  # noqa: F401  # the queue: without it, say so before anything is opened
+
+    from taskdecomp import durable
     from taskdecomp.scale.registry import Registry
     from taskdecomp.scale.runs import Execution
     from taskdecomp.scale.worker import Worker
@@ -149,6 +153,9 @@ def submit_command(
 
     `runs`, `show`, `resume` and `cancel` work on queued runs as on any other.
     """
+    with needs_extra("submit", "scale", "dbos"):
+        import dbos  # noqa: F401  # the queue: without it the run would be stored, never queued
+
     from taskdecomp.scale.submit import submit
 
     settings = load_settings()

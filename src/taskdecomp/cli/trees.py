@@ -21,17 +21,13 @@ from taskdecomp.cli._app import (
     app,
     build_models,
     echo_json,
+    load_settings,
     open_run_store,
     read_goal,
 )
 from taskdecomp.cli.display import Activity, Column, console, fitted_table, line, literal
 from taskdecomp.decomposition import DecompositionResult
-from taskdecomp.settings import (
-    choose_model,
-    load_decomp_settings,
-    load_openai_settings,
-    load_settings,
-)
+from taskdecomp.settings import choose_model, load_decomp_settings, load_openai_settings
 from taskdecomp.store.trees import TreeRepository
 from taskdecomp.strategies.decompose import PlanDecomposer
 from taskdecomp.tree import NodeId, PlanTree, PlanTreeId

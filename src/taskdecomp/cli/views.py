@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.panel import Panel
@@ -20,7 +20,9 @@ from rich.text import Text
 from taskdecomp.cli.display import Column, fitted_table, line, literal
 from taskdecomp.plan import Plan, Step
 from taskdecomp.run import RunResult
-from taskdecomp.store import RunSummary, StoredRun
+
+if TYPE_CHECKING:
+    from taskdecomp.store import RunSummary, StoredRun
 
 WIDE = 120
 """From this width on, ``runs`` prints whole start times (else month, day, hours, minutes)."""

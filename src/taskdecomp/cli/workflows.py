@@ -21,16 +21,17 @@ from taskdecomp.cli._app import (
     app,
     build_models,
     echo_json,
+    load_settings,
     load_tools,
     names,
     open_run_store,
 )
 from taskdecomp.cli.display import console, line, literal
 from taskdecomp.cli.runs import until_done
-from taskdecomp.durable import Durability
+from taskdecomp.durability import Durability
 from taskdecomp.errors import ConfigError
 from taskdecomp.run import RunId, RunResult
-from taskdecomp.settings import BUDGET_FIELDS, choose_model, load_openai_settings, load_settings
+from taskdecomp.settings import BUDGET_FIELDS, choose_model, load_openai_settings
 from taskdecomp.store import StoredRun
 from taskdecomp.strategies.workflow import check_workflow
 from taskdecomp.strategies.workflow.api import DEFAULT_BUDGET, run_workflow, workflow_view

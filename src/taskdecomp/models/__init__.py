@@ -8,19 +8,23 @@ object a factory taking the part after the colon.
 Built in: ``scripted:PATH`` (:mod:`~taskdecomp.models.scripted`), ``openai[:MODEL]``
 (:mod:`~taskdecomp.models.openai`, any OpenAI-compatible server) and ``local[:PATH.gguf]``
 (:mod:`~taskdecomp.models.local`, the embedded model; needs the ``local`` extra). The SDKs
-are imported only when their provider is used.
+are imported only when their provider is used, and the provider modules when their names
+are first used.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
 
 from taskdecomp.errors import ModelNotFoundError
 from taskdecomp.models.base import Message, Model, ModelRequest, ModelResponse, estimate_tokens
-from taskdecomp.models.local import LocalModel
-from taskdecomp.models.openai import OpenAIModel, RetryPolicy
-from taskdecomp.models.scripted import ScriptedModel
+
+if TYPE_CHECKING:
+    from taskdecomp.models.local import LocalModel
+    from taskdecomp.models.openai import OpenAIModel, RetryPolicy
+    from taskdecomp.models.scripted import ScriptedModel
 
 __all__ = [
     "LocalModel",
@@ -36,6 +40,27 @@ __all__ = [
     "resolve_model",
 ]
 
+_LAZY = {
+    "LocalModel": "taskdecomp.models.local",
+    "OpenAIModel": "taskdecomp.models.openai",
+    "RetryPolicy": "taskdecomp.models.openai",
+    "ScriptedModel": "taskdecomp.models.scripted",
+}
+"""Names imported on first use: their modules need pydantic and the settings."""
+
+
+def __getattr__(name: str) -> Any:
+    """Import a provider's module the first time one of its names is used (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
 ProviderFactory = Callable[[str], Model]
 """Builds a model from the part of the model string after ``provider:``."""
 
@@ -48,6 +73,8 @@ def register_provider(name: str, factory: ProviderFactory) -> None:
 
 
 def _scripted(rest: str) -> Model:
+    from taskdecomp.models.scripted import ScriptedModel
+
     if not rest:
         raise ModelNotFoundError("the scripted model needs a file: 'scripted:PATH'")
     return ScriptedModel.from_file(rest)
@@ -60,6 +87,8 @@ def _openai(rest: str) -> Model:
 
 
 def _local(rest: str) -> Model:
+    from taskdecomp.models.local import LocalModel
+
     return LocalModel(rest or None)
 
 
@@ -69,6 +98,8 @@ register_provider("local", _local)
 
 
 def _providers() -> dict[str, ProviderFactory]:
+    from importlib.metadata import entry_points
+
     found = dict(_PROVIDERS)
     for entry in entry_points(group="taskdecomp.models"):
         found.setdefault(entry.name, entry.load())
