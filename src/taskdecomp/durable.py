@@ -693,20 +693,16 @@ class StoredConfig:
     combiner_model: str | None
     strategy: str = "plan_execute"
     """The strategy the run uses."""
-    replan: Mapping[str, Any] | None = None
-    """The ``replan`` strategy's options."""
-    workflow: Mapping[str, Any] | None = None
-    """The ``workflow`` strategy's settings (its file, workspace, options)."""
+    options: Mapping[str, Any] | None = None
+    """The strategy's options in their JSON form (stored under the strategy's name)."""
 
 
 class _ConfigModel(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")  # a strategy's options, under its name
     budget: dict[str, Any]
     allow: list[str]
     combiner_model: str | None = None
     strategy: str = "plan_execute"
-    replan: dict[str, Any] | None = None
-    workflow: dict[str, Any] | None = None
 
 
 def new_run(
@@ -719,20 +715,20 @@ def new_run(
     allow: Iterable[str],
     budget: Budget,
     strategy: str = "plan_execute",
-    replan: Mapping[str, Any] | None = None,
-    workflow: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> NewRun:
-    """What to store when a run starts: enough for a resume to rebuild it."""
+    """What to store when a run starts: enough for a resume to rebuild it.
+
+    ``options`` (the strategy's, in their JSON form) are stored under the strategy's name.
+    """
     config: dict[str, Any] = {
         "budget": asdict(budget),
         "allow": sorted(allow),
         "combiner_model": model_name(combiner_model),
         "strategy": strategy,
     }
-    if replan is not None:
-        config["replan"] = dict(replan)
-    if workflow is not None:
-        config["workflow"] = dict(workflow)
+    if options is not None:
+        config[strategy] = dict(options)
     return NewRun(
         run_id=run_id, goal=goal, model=model_name(model), tools=tools_name(tools), config=config
     )
@@ -765,6 +761,9 @@ def stored_config(stored: StoredRun) -> StoredConfig:
     try:
         raw = _ConfigModel.model_validate(stored.config)
         budget = Budget(**raw.budget)
+        options = stored.config.get(raw.strategy)
+        if options is not None and not isinstance(options, Mapping):
+            raise ValueError(f"the {raw.strategy} options are not an object")
     except (ValidationError, TypeError, ValueError) as exc:
         problem = str(exc).strip().splitlines()[0]
         raise CorruptRecordError(
@@ -776,8 +775,7 @@ def stored_config(stored: StoredRun) -> StoredConfig:
         allow=tuple(raw.allow),
         combiner_model=raw.combiner_model,
         strategy=raw.strategy,
-        replan=raw.replan,
-        workflow=raw.workflow,
+        options=options,
     )
 
 

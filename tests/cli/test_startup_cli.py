@@ -166,14 +166,18 @@ def test_help_lists_the_commands_as_when_all_are_loaded() -> None:
     assert lazy.stdout == eager.stdout
 
 
-def test_run_offers_every_strategy() -> None:
-    from taskdecomp.strategies.plan_execute import STRATEGIES
+def test_run_offers_every_strategy_of_the_registry() -> None:
+    from taskdecomp.strategies.registry import goal_strategies
 
     _load_every_command()
     run = app.commands["run"]
     (strategy,) = [p for p in run.params if p.name == "strategy"]
-    assert isinstance(strategy.type, click.Choice)
-    assert tuple(strategy.type.choices) == STRATEGIES
+    names = goal_strategies()
+    assert {"plan_execute", "replan"} <= set(names) and "workflow" not in names
+    for name in names:
+        assert strategy.type.convert(name, strategy, None) == name
+    with pytest.raises(click.BadParameter, match="choose one of: " + ", ".join(names)):
+        strategy.type.convert("workflow", strategy, None)
 
 
 # -- a missing extra -------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from taskdecomp.cli._app import (
     read_goal,
 )
 from taskdecomp.cli.display import Activity, console, literal
+from taskdecomp.cli.strategies import OPTION_OPTION, STRATEGY_OPTION, strategy_options
 from taskdecomp.durability import Durability
 from taskdecomp.events import Event, RunStopped, Subscriber
 from taskdecomp.models import Model
@@ -41,8 +42,6 @@ from taskdecomp.run import RunId, RunResult
 
 if TYPE_CHECKING:
     from taskdecomp.store import RunSummary, StoredRun
-    from taskdecomp.strategies.plan_execute import Strategy
-    from taskdecomp.strategies.replan import ReplanOptions
 
 
 @app.command("run")
@@ -73,13 +72,8 @@ if TYPE_CHECKING:
 @click.option(
     "--max-cost-usd", type=click.FloatRange(min=0), help="Most model spend in USD. [none]"
 )
-@click.option(
-    "--strategy",
-    type=click.Choice(("plan_execute", "replan")),  # plan_execute.STRATEGIES, not imported yet
-    default="plan_execute",
-    show_default=True,
-    help="plan_execute: plan once, run, combine. replan: plan, run the ready steps, replan.",
-)
+@STRATEGY_OPTION
+@OPTION_OPTION
 @click.option(
     "--max-iterations",
     type=click.IntRange(min=1),
@@ -119,7 +113,8 @@ def run_command(
     combiner_model: str | None,
     base_url: str | None,
     allow: str | None,
-    strategy: Strategy,
+    strategy: str,
+    option_pairs: tuple[str, ...],
     max_iterations: int | None,
     max_agent_turns: int | None,
     approve_plan: bool,
@@ -140,7 +135,21 @@ def run_command(
     """
     text = read_goal(goal, goal_file)
     assert text is not None  # read_goal requires one
-    replan = _replan_options(strategy, max_iterations, max_agent_turns, approve_plan, prompts)
+    if prompts is not None:
+        from taskdecomp.strategies.replan import PROMPT_NAMES
+
+        check_directory(prompts, PROMPT_NAMES)
+    options = strategy_options(
+        strategy,
+        {
+            ("max_iterations", "--max-iterations"): max_iterations,
+            ("max_agent_turns", "--max-agent-turns"): max_agent_turns,
+            ("approve_plan", "--approve-plan"): approve_plan,
+            ("prompts", "--prompts"): prompts,
+        },
+        option_pairs,
+        hints={"approve_plan": APPROVE_PLAN_HINT},
+    )
     from taskdecomp import durable  # the engine, once the arguments are known to be right
     from taskdecomp.settings import choose_model, load_openai_settings
     from taskdecomp.strategies.plan_execute import run
@@ -169,7 +178,7 @@ def run_command(
                 on_event=on_event,
                 store=store,
                 strategy=strategy,
-                replan=replan,
+                options=options,
                 lease_seconds=settings.lease_seconds,
                 durability=durability or settings.durability,
                 stream_plan=settings.stream_plan if stream_plan is None else stream_plan,
@@ -227,34 +236,11 @@ def _stopped_by_ctrl_c(result: RunResult, db: str | None) -> None:
     )
 
 
-def _replan_options(
-    strategy: Strategy,
-    max_iterations: int | None,
-    max_agent_turns: int | None,
-    approve_plan: bool,
-    prompts: Path | None,
-) -> ReplanOptions | None:
-    from taskdecomp.strategies.replan import PROMPT_NAMES, ReplanOptions
-
-    given = {
-        "--max-iterations": max_iterations is not None,
-        "--max-agent-turns": max_agent_turns is not None,
-        "--approve-plan": approve_plan,
-        "--prompts": prompts is not None,
-    }
-    if strategy != "replan":
-        used = [flag for flag, on in given.items() if on]
-        if used:
-            raise click.UsageError(f"{', '.join(used)} apply to --strategy replan only")
-        return None
-    if prompts is not None:
-        check_directory(prompts, PROMPT_NAMES)
-    return ReplanOptions(
-        max_iterations=max_iterations or 10,
-        max_agent_turns=max_agent_turns or 20,
-        approve_plan=approve_plan,
-        prompts=prompts,
-    )
+APPROVE_PLAN_HINT = (
+    "to have the plan approved before it runs (with plan_execute, a tool marked "
+    "@tool(needs_approval=True) waits for approval before each call)"
+)
+"""Said when ``--approve-plan`` is given to a strategy without plan approvals."""
 
 
 def report(
@@ -370,10 +356,7 @@ def resume_command(
         if max_seconds is not None:
             budget = dataclasses.replace(budget, max_seconds=max_seconds)
         planner, combiner = _resume_models(stored, model, combiner_model, base_url)
-        workflow = durable.stored_config(stored).strategy == "workflow"
-        source = tools or stored.tools
-        if source is None and not workflow:  # a workflow has tools of its own
-            source = durable.require(stored.tools, "tools", stored.run_id)
+        source = tools or stored.tools  # none stored: the strategy's own (a workflow's) or an error
         toolset = load_tools(source) if source is not None else None
         return until_done(
             lambda on_event: resume(

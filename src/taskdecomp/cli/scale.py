@@ -21,6 +21,7 @@ from taskdecomp.cli._app import (
     open_run_store,
 )
 from taskdecomp.cli.display import console, literal
+from taskdecomp.cli.strategies import OPTION_OPTION, STRATEGY_OPTION, strategy_options
 from taskdecomp.durability import Durability
 
 QUEUE_OPTION = click.option(
@@ -135,6 +136,8 @@ def worker_command(
     type=click.FloatRange(min=0, min_open=True),
     help="Deadline from the run's first start, across worker deaths. [60]",
 )
+@STRATEGY_OPTION
+@OPTION_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print {run_id, new} as JSON.")
 @DB_OPTION
 @DEBUG_OPTION
@@ -145,6 +148,8 @@ def submit_command(
     queue: str,
     idempotency_key: str | None,
     allow: str | None,
+    strategy: str,
+    option_pairs: tuple[str, ...],
     as_json: bool,
     db: str | None,
     **budget_flags: Any,
@@ -158,6 +163,7 @@ def submit_command(
 
     from taskdecomp.scale.submit import submit
 
+    options = strategy_options(strategy, {}, option_pairs)
     settings = load_settings()
     budget = settings.budget(**budget_flags)
     url = settings.store_url(db)
@@ -172,6 +178,8 @@ def submit_command(
             idempotency_key=idempotency_key,
             allow=names(allow),
             budget=budget,
+            strategy=strategy,
+            options=options,
         )
     if as_json:
         echo_json({"run_id": run_id, "new": new})

@@ -9,7 +9,6 @@ and the run stays paused.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from taskdecomp import durable, stops
@@ -19,14 +18,12 @@ from taskdecomp.errors import ConfigError
 from taskdecomp.events import ApprovalDecided, RunStopped, Subscriber
 from taskdecomp.models import Model
 from taskdecomp.plan import Plan
-from taskdecomp.policy import validate_plan_action
 from taskdecomp.run import RunId, RunResult
 from taskdecomp.runtime import Clock, RunContext
-from taskdecomp.stops import StopRun
 from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Store, StoredRun
+from taskdecomp.strategies import registry
 from taskdecomp.strategies.base import ToolsArg
 from taskdecomp.strategies.plan_execute import continue_run
-from taskdecomp.strategies.replan import ReplanState, check_step_budget
 
 
 async def approve(
@@ -101,8 +98,7 @@ class _Decision:
         """
         self._pending = _pending(_paused(stored))
         if self._plan is not None:
-            self._edited = _edited_plan(stored, self._pending, self._plan)
-            stored = _with_plan(stored, self._edited)
+            stored, self._edited = _edited(stored, self._pending, self._plan)
         self._stored = stored
         return stored
 
@@ -174,39 +170,19 @@ def _pending(stored: StoredRun) -> ApprovalRequest:
     return ApprovalRequest(kind=raw["kind"], digest=str(raw["digest"]), subject=raw["subject"])
 
 
-def _edited_plan(stored: StoredRun, pending: ApprovalRequest, plan: Any) -> Plan:
+def _edited(stored: StoredRun, pending: ApprovalRequest, plan: Any) -> tuple[StoredRun, Plan]:
+    """``stored`` with ``plan`` in place of its pending plan, if its strategy revises plans.
+
+    Raises:
+        ConfigError: the run waits for a tool call, its strategy has no plan to edit, or the
+            edited plan is refused.
+    """
     config = durable.stored_config(stored)
-    if pending.kind != "plan" or config.strategy != "replan":
+    edit = getattr(registry.strategy(config.strategy), "edit_plan", None)
+    if pending.kind != "plan" or edit is None:
         raise ConfigError(
             f"run {stored.run_id!r} waits for a {pending.kind} approval; an edited plan "
-            "replaces a pending plan of the replan strategy only"
+            "replaces a pending plan of a strategy that revises plans (replan) only"
         )
-    action = {"kind": "plan", "steps": plan} if isinstance(plan, list) else plan
-    try:
-        edited = validate_plan_action(
-            action,
-            max_plan_steps=config.budget.max_plan_steps,
-            allowed_tools=config.allow,
-            min_plan_steps=1,
-            allow_instructions=True,
-            finished=stored.finished_steps(),
-        )
-        check_step_budget(len(stored.finished_steps()), edited, config.budget)
-        return edited
-    except StopRun as stop:
-        detail = f": {stop.message}" if stop.message else ""
-        raise ConfigError(
-            f"the edited plan is refused ({stop.reason}{detail}); the run still waits for approval"
-        ) from None
-
-
-def _with_plan(stored: StoredRun, plan: Plan) -> StoredRun:
-    """``stored`` with ``plan`` as its current plan, approved."""
-    state = ReplanState.from_stored(stored)
-    state.accept(plan)
-    state.gate = False
-    return dataclasses.replace(
-        stored,
-        state={**stored.state, "replan": state.to_dict()},
-        plan=state.effective(set(stored.finished_steps())),
-    )
+    edited: tuple[StoredRun, Plan] = edit(stored, config, plan)
+    return edited

@@ -15,8 +15,8 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import replace
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any
 
 from taskdecomp import durable, owners
 from taskdecomp.budget import MIN_PLAN_STEPS, Budget
@@ -33,6 +33,7 @@ from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext, run_blocking
 from taskdecomp.scheduler import execute_plan
 from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Lease, Store, StoredRun
+from taskdecomp.strategies import registry
 from taskdecomp.strategies.base import (
     Outcome,
     Phases,
@@ -44,12 +45,10 @@ from taskdecomp.strategies.base import (
     finish,
     restore,
 )
-from taskdecomp.strategies.replan import ReplanOptions, replan_phases
+from taskdecomp.strategies.registry import DataclassOptions, Setup, Strategy, options_for
+from taskdecomp.strategies.replan import ReplanOptions
 from taskdecomp.streaming import EarlySteps, PlanStream
-
-Strategy = Literal["plan_execute", "replan"]
-"""The strategies a run can use."""
-STRATEGIES: tuple[Strategy, ...] = ("plan_execute", "replan")
+from taskdecomp.tools import Toolset
 
 
 async def run(
@@ -64,7 +63,8 @@ async def run(
     run_id: RunId | None = None,
     clock: Clock | None = None,
     store: Store | None = None,
-    strategy: Strategy = "plan_execute",
+    strategy: str = "plan_execute",
+    options: Any = None,
     replan: ReplanOptions | None = None,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     durability: Durability = DEFAULT_DURABILITY,
@@ -74,7 +74,8 @@ async def run(
 
     ``plan_execute`` (the default) plans once, executes and combines; ``replan`` plans,
     runs the ready steps, and asks a replanner after each wave until it answers
-    (:mod:`taskdecomp.strategies.replan`).
+    (:mod:`taskdecomp.strategies.replan`). Any strategy in the registry
+    (:mod:`taskdecomp.strategies.registry`) that starts from a goal may be named.
 
     Args:
         goal: what to achieve, in words.
@@ -88,8 +89,10 @@ async def run(
         clock: monotonic clock, for tests.
         store: keep the run there, checkpointed after every step, so :func:`resume` can
             continue it; default: nothing is stored.
-        strategy: ``plan_execute`` or ``replan``.
-        replan: the ``replan`` strategy's options (iterations, approvals, prompts).
+        strategy: a registered strategy's name: ``plan_execute``, ``replan``, or a plugin's.
+        options: the strategy's options: its options object, or their JSON form.
+        replan: the same as ``options``, for the ``replan`` strategy (kept for callers that
+            name it so).
         lease_seconds: how long the run's lease in the store outlives this process if it
             dies (see :func:`resume`); renewed every third of it while the run is in flight.
         durability: ``async`` (default) commits finished steps in groups off the event
@@ -106,7 +109,8 @@ async def run(
     """
     _check_goal(goal)
     durable.durability(durability)
-    options = _options(strategy, replan)
+    chosen = _goal_strategy(strategy)
+    settings = options_for(chosen, options if options is not None else replan)
     toolset = as_toolset(tools)
     budget = budget or Budget()
     ctx = build_context(
@@ -125,14 +129,15 @@ async def run(
             combiner_model=combiner,
             allow=ctx.gateway.allow,
             budget=budget,
-            strategy=strategy,
-            replan=options.to_dict() if options is not None else None,
+            strategy=chosen.name,
+            options=chosen.encode(settings),
         )
         ttl = durable.lease_seconds(lease_seconds)
         with store.batch(durable=durability == "sync"):  # async: the first barrier syncs it
             lease = store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
         attach_journal(ctx, store, lease, segment=1, started=started, durability=durability)
-    phases = _phases(budget, combiner, options, None, stream_plan)
+    setup = Setup(budget=budget, combiner=combiner, stream_plan=stream_plan)
+    phases = chosen.start(setup, settings)
     async with durable.leased(ctx.journal):
         return await execute(ctx, Outcome(), budget, phases, started=started)
 
@@ -147,26 +152,59 @@ def _check_goal(goal: str) -> None:
         raise ConfigError("the goal is empty; say in words what the run should achieve")
 
 
-def _options(strategy: str, replan: ReplanOptions | None) -> ReplanOptions | None:
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"unknown strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
-    if strategy == "replan":
-        return replan or ReplanOptions()
-    if replan is not None:
-        raise ConfigError("replan options apply to strategy='replan' only")
-    return None
+def _goal_strategy(name: str) -> Strategy:
+    """The strategy ``name``, if a run can start it from a goal.
+
+    Raises:
+        ConfigError: it is unknown, or starts elsewhere (``workflow``).
+    """
+    chosen = registry.strategy(name)
+    if not chosen.starts_from_goal:
+        raise ConfigError(
+            f"strategy {name!r} does not start from a goal; choose one of: "
+            f"{', '.join(registry.goal_strategies())}"
+        )
+    return chosen
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanExecuteOptions:
+    """The ``plan_execute`` strategy has no options of its own: its budget says it all."""
+
+
+class PlanExecute(DataclassOptions):
+    """Plan once, validate, execute the steps (in order or as a DAG), combine once."""
+
+    name = "plan_execute"
+    summary = "plan once, execute the steps through the gateway, combine the answer"
+    starts_from_goal = True
+    options_type = PlanExecuteOptions
+
+    def encode(self, options: Any) -> dict[str, Any] | None:
+        """Nothing to store."""
+        return None
+
+    def start(self, setup: Setup, options: Any) -> Phases:
+        """Plan, execute, combine."""
+        return _phases(setup.budget, setup.combiner, None, setup.stream_plan)
+
+    def resume(
+        self, setup: Setup, options: Any, stored: StoredRun, tools: ToolsArg | None
+    ) -> tuple[Toolset | None, Phases]:
+        """Execute what the stored plan has left (planning first if it has none), combine."""
+        return None, _phases(setup.budget, setup.combiner, stored)
+
+
+STRATEGY = PlanExecute()
+"""The ``plan_execute`` strategy, as registered."""
 
 
 def _phases(
     budget: Budget,
     combiner: Model | None,
-    options: ReplanOptions | None,
     stored: StoredRun | None,
     stream_plan: bool | None = None,
 ) -> Phases:
-    if options is not None:
-        return replan_phases(budget, options, stored)
-
     async def plan_execute(ctx: RunContext, outcome: Outcome) -> None:
         done = stored.finished_steps() if stored is not None else frozenset()
         if stored is not None:
@@ -324,25 +362,21 @@ async def continue_run(
         stored = prepared
         config = durable.stored_config(stored)
         budget = budget or config.budget
-        if phases is not None:
-            toolset = as_toolset(
-                tools
-                if tools is not None
-                else durable.require(stored.tools, "tools", stored.run_id)
-            )
-        elif config.strategy == "workflow":
-            from taskdecomp.strategies.workflow.api import rebuild  # it builds on this module
-
-            toolset, phases = rebuild(stored, config, tools)
-        else:
-            toolset = as_toolset(
-                tools
-                if tools is not None
-                else durable.require(stored.tools, "tools", stored.run_id)
-            )
         planner = resolve_model(model or durable.require(stored.model, "model", stored.run_id))
         combiner_spec = combiner_model or config.combiner_model
         combiner = resolve_model(combiner_spec) if combiner_spec is not None else None
+        toolset: Toolset | None = None
+        if phases is None:
+            chosen = registry.strategy(config.strategy)
+            settings = chosen.options(config.options)
+            setup = Setup(budget=budget, combiner=combiner)
+            toolset, phases = chosen.resume(setup, settings, stored, tools)
+        if toolset is None:
+            toolset = as_toolset(
+                tools
+                if tools is not None
+                else durable.require(stored.tools, "tools", stored.run_id)
+            )
         _carry_on_scripts(stored, planner)
     except BaseException:
         store.release_lease(lease)
@@ -369,11 +403,6 @@ async def continue_run(
             ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=goal))
             outcome.stop(durable.interrupted(stored, step_id))
             return finish(ctx, outcome, started)
-        options = (
-            ReplanOptions.from_dict(config.replan or {}) if config.strategy == "replan" else None
-        )
-        if phases is None:
-            phases = _phases(budget, combiner, options, stored)
         return await execute(ctx, outcome, budget, phases, started=started)
 
 

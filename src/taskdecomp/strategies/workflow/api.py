@@ -15,7 +15,7 @@ from typing import Any
 
 from taskdecomp import durable, owners
 from taskdecomp.budget import Budget, Usage
-from taskdecomp.durable import DEFAULT_DURABILITY, Durability, StoredConfig
+from taskdecomp.durable import DEFAULT_DURABILITY, Durability
 from taskdecomp.errors import ConfigError, CorruptRecordError
 from taskdecomp.events import Subscriber
 from taskdecomp.models import Model, resolve_model
@@ -137,7 +137,7 @@ async def run_workflow(
             allow=ctx.gateway.allow,
             budget=budget,
             strategy="workflow",
-            workflow={"spec": spec, "workspace": str(ws.root), "options": options.to_dict()},
+            options={"spec": spec, "workspace": str(ws.root), "options": options.to_dict()},
         )
         ttl = durable.lease_seconds(lease_seconds)
         with store.batch(durable=durability == "sync"):  # the run with its starting state
@@ -157,16 +157,18 @@ async def run_workflow(
 
 
 def rebuild(
-    stored: StoredRun, config: StoredConfig, tools: ToolsArg | None
+    stored: StoredRun, settings: Mapping[str, Any], tools: ToolsArg | None
 ) -> tuple[Toolset, Phases]:
     """The toolset and phases that continue stored workflow run ``stored``.
+
+    ``settings`` are the ones :func:`run_workflow` stored: the workflow file, the workspace
+    and the options.
 
     Raises:
         CorruptRecordError: its settings or state do not decode.
         WorkflowError: its workflow file has changed and has problems now.
         ConfigError: its workspace is gone.
     """
-    settings = config.workflow or {}
     try:
         spec, root = str(settings["spec"]), str(settings["workspace"])
         options = WorkflowOptions.from_dict(settings.get("options") or {})
