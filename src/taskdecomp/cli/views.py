@@ -24,6 +24,8 @@ from taskdecomp.store import RunSummary, StoredRun
 
 WIDE = 120
 """From this width on, ``runs`` prints whole start times (else month, day, hours, minutes)."""
+GOAL_WIDTH = 16
+"""The narrowest goal column of ``runs``: three lines of it show at least 30 characters."""
 
 
 def summary(console: Console, result: RunResult, *, debug: bool = False) -> None:
@@ -125,15 +127,19 @@ def show_stored(console: Console, stored: StoredRun) -> None:
 
 
 def runs_table(console: Console, summaries: list[RunSummary], *, store_name: str) -> None:
-    """Print the list of runs: the id and status always whole, the goal cut to fit."""
+    """Print the list of runs: the id and status always whole, the goal cut to fit.
+
+    Below :data:`WIDE` columns the goal takes up to three lines, and the start time goes
+    before the goal gets narrower than :data:`GOAL_WIDTH`.
+    """
     short = console.width < WIDE
     columns = [
         Column(header="id"),
         Column(header="status"),
-        Column(header="stop reason", kind="wrap", min_width=11),
+        Column(header="stop reason", kind="wrap", breaks=":_"),
         Column(header="started", drop=1),
         Column(header="took", drop=2, justify="right"),
-        Column(header="goal", kind="flex", min_width=10),
+        Column(header="goal", kind="flex", min_width=GOAL_WIDTH, lines=3 if short else 1),
     ]
     rows = [
         [
@@ -166,7 +172,7 @@ def _plan_table(plan: Plan, last: str, mark: Callable[[Step], str], *, width: in
     ]
     if plan.is_dag:
         columns.append(Column(header="after", kind="wrap", min_width=8))
-    columns.append(Column(header=last, kind="wrap", min_width=8))
+    columns.append(Column(header=last, kind="wrap", breaks=":_"))  # a stop reason
     rows = []
     for no, step in enumerate(plan.steps, start=1):
         row = [
