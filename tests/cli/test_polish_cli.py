@@ -1,13 +1,15 @@
 """What a new user reads at 80 columns: whole ids, states and words.
 
 ``runs`` keeps ids, states and stop reasons readable and shows enough of the goal to tell
-runs apart.
+runs apart; the workflow phase table breaks lines between words (a path after a ``/``).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from tests.conftest import EXAMPLES, SALES_TOOLS
 from tests.support import SEED_GOAL
 
 SALES_SCRIPT = EXAMPLES / "sales_report" / "script.json"
+WORKFLOW = EXAMPLES / "workflow"
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -72,3 +75,58 @@ def test_runs_at_80_columns_shows_whole_ids_states_stop_reasons_and_the_goal(
         goal = " ".join(cell(out, "goal", result["run_id"]))
         assert goal.endswith("…") and len(goal[:-1]) >= 30, goal
         assert SEED_GOAL.startswith(goal[:-1]), goal
+
+
+@pytest.fixture
+def workflow_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> str:
+    """The README's workflow example, run in a copy of its workspace; its run id."""
+    workspace = tmp_path / "calc"
+    shutil.copytree(WORKFLOW / "workspace", workspace)
+    result = run_json(
+        capsys,
+        "workflow",
+        "run",
+        "--workspace",
+        str(workspace),
+        "--input",
+        str(WORKFLOW / "design.md"),
+        "--model",
+        f"scripted:{WORKFLOW / 'script.json'}",
+        "--min-tasks",
+        "3",
+    )
+    assert result["stop_reason"] == "success"
+    run_id: str = result["run_id"]
+    return run_id
+
+
+def pieces(word: str) -> set[str]:
+    """``word`` and every run of its parts cut after a ``/``: where a line may break."""
+    parts = re.split(r"(?<=/)", word)
+    return {"".join(parts[i:j]) for i in range(len(parts)) for j in range(i + 1, len(parts) + 1)}
+
+
+def test_the_workflow_phase_table_at_80_columns_never_splits_a_word(
+    workflow_run: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, _ = cli(capsys, "workflow", "show", workflow_run, "--json")
+    assert code == 0
+    phases = json.loads(out)["phases"]
+    words = {"-"}
+    for run in phases:
+        texts = [run["no"], run["phase"], run["task"], run["attempt"], run["result"]]
+        words |= {str(text) for text in texts if text is not None}
+        words |= {part for text in texts if isinstance(text, str) for part in text.split()}
+        words |= {f"{path}," for path in run["changed"]} | set(run["changed"])
+    allowed = {piece for word in words for piece in pieces(word)}
+
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = cli(capsys, "workflow", "show", workflow_run)
+    assert code == 0
+    table = out.split("phases", 1)[1].split("\ntasks", 1)[0].splitlines()
+    assert all(len(row.rstrip()) <= 80 for row in table), out
+    lines = [re.sub("[\u2500-\u257f]", " ", row) for row in table]  # lines of a box, if any
+    words = [word for row in lines for word in row.split()]
+    assert words[:6] == ["#", "phase", "task", "try", "changed", "result"]
+    assert [word for word in words[6:] if word not in allowed] == [], out
+    assert "completeness_verification" in out and ".taskdecomp/" in out
