@@ -1,7 +1,8 @@
 """What a new user reads at 80 columns: whole ids, states and words.
 
 ``runs`` keeps ids, states and stop reasons readable and shows enough of the goal to tell
-runs apart; the workflow phase table breaks lines between words (a path after a ``/``).
+runs apart; the workflow phase table breaks lines between words (a path after a ``/``);
+``show`` of a workflow run prints no ``None``.
 """
 
 from __future__ import annotations
@@ -130,3 +131,13 @@ def test_the_workflow_phase_table_at_80_columns_never_splits_a_word(
     assert words[:6] == ["#", "phase", "task", "try", "changed", "result"]
     assert [word for word in words[6:] if word not in allowed] == [], out
     assert "completeness_verification" in out and ".taskdecomp/" in out
+
+
+def test_show_of_a_workflow_run_prints_no_none(
+    workflow_run: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = cli(capsys, "show", workflow_run)
+    assert code == 0
+    assert "None" not in out
+    assert "tools -" in out

@@ -88,7 +88,8 @@ def show_stored(console: Console, stored: StoredRun) -> None:
     console.print(line("goal: ", literal(head.goal, limit=2000)))
     console.print(
         literal(
-            f"model {stored.model} · tools {stored.tools} · started {when(head.started_at)} · "
+            f"model {stored.model or '-'} · tools {stored.tools or '-'} · "
+            f"started {when(head.started_at)} · "
             f"segments {stored.segments}",
             "dim",
         )
