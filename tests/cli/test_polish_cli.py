@@ -1,8 +1,9 @@
-"""What a new user reads at 80 columns: whole ids, states and words.
+"""What a new user reads at 80 columns: whole ids, states and words, each thing said once.
 
 ``runs`` keeps ids, states and stop reasons readable and shows enough of the goal to tell
 runs apart; the workflow phase table breaks lines between words (a path after a ``/``);
-``show`` of a workflow run prints no ``None``.
+``show`` of a workflow run prints no ``None``; a plan that waits for approval is printed
+once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from tests.conftest import EXAMPLES, SALES_TOOLS
 from tests.support import SEED_GOAL
 
 SALES_SCRIPT = EXAMPLES / "sales_report" / "script.json"
+REPLAN_SCRIPT = EXAMPLES / "replan" / "sales.json"
 WORKFLOW = EXAMPLES / "workflow"
+RUN_ID = re.compile(r"\b[0-9a-f]{32}\b")
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -141,3 +144,18 @@ def test_show_of_a_workflow_run_prints_no_none(
     assert code == 0
     assert "None" not in out
     assert "tools -" in out
+
+
+def test_a_plan_that_waits_for_approval_is_printed_once(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    model = f"scripted:{REPLAN_SCRIPT}"
+    argv = ("run", SEED_GOAL, "--tools", str(SALES_TOOLS), "--model", model, "--approve-plan")
+    code, out, _ = cli(capsys, *argv, "--strategy", "replan")
+    assert code == 3
+    [run_id] = set(RUN_ID.findall(out))
+    for printed in (out, cli(capsys, "show", run_id)[1]):
+        assert printed.count("fetch_sales_data") == 1, printed  # in the plan table only
+        assert "waiting for approval: steps s1, s2, s3, s4, s5 of the plan above" in printed
+        assert f"taskdecomp approve {run_id}" in printed and "RUN_ID" not in printed
