@@ -3,7 +3,7 @@
 ``runs`` keeps ids, states and stop reasons readable and shows enough of the goal to tell
 runs apart; the workflow phase table breaks lines between words (a path after a ``/``);
 ``show`` of a workflow run prints no ``None``; a plan that waits for approval is printed
-once.
+once; a refused flag says in a sentence what to do.
 """
 
 from __future__ import annotations
@@ -159,3 +159,19 @@ def test_a_plan_that_waits_for_approval_is_printed_once(
         assert printed.count("fetch_sales_data") == 1, printed  # in the plan table only
         assert "waiting for approval: steps s1, s2, s3, s4, s5 of the plan above" in printed
         assert f"taskdecomp approve {run_id}" in printed and "RUN_ID" not in printed
+
+
+def test_approve_plan_without_replan_is_refused_in_a_sentence(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ("run", SEED_GOAL, "--tools", str(SALES_TOOLS), "--model", f"scripted:{SALES_SCRIPT}")
+    code, _, err = cli(capsys, *argv, "--approve-plan")
+    assert code == 2
+    assert err.startswith(
+        "taskdecomp: error: --approve-plan works with --strategy replan only; "
+        "add --strategy replan to have the plan approved before it runs"
+    )
+    assert "@tool(needs_approval=True)" in err
+    code, _, err = cli(capsys, *argv, "--max-iterations", "2", "--max-agent-turns", "3")
+    assert code == 2
+    assert "--max-iterations and --max-agent-turns work with --strategy replan only" in err

@@ -236,7 +236,16 @@ def _replan_options(
     if strategy != "replan":
         used = [flag for flag, on in given.items() if on]
         if used:
-            raise click.UsageError(f"{', '.join(used)} apply to --strategy replan only")
+            flags = used[0] if len(used) == 1 else f"{', '.join(used[:-1])} and {used[-1]}"
+            verb = "works" if len(used) == 1 else "work"
+            why = (
+                " to have the plan approved before it runs (with plan_execute, a tool marked "
+                "@tool(needs_approval=True) waits for approval before each call)"
+            )
+            raise click.UsageError(
+                f"{flags} {verb} with --strategy replan only; add --strategy replan"
+                + (why if approve_plan else "")
+            )
         return None
     if prompts is not None:
         check_directory(prompts, PROMPT_NAMES)
