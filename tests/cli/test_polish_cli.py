@@ -3,7 +3,7 @@
 ``runs`` keeps ids, states and stop reasons readable and shows enough of the goal to tell
 runs apart; the workflow phase table breaks lines between words (a path after a ``/``);
 ``show`` of a workflow run prints no ``None``; a plan that waits for approval is printed
-once; a refused flag says in a sentence what to do.
+once; a refused flag says in a sentence what to do; a run out of time says how to go on.
 """
 
 from __future__ import annotations
@@ -175,3 +175,29 @@ def test_approve_plan_without_replan_is_refused_in_a_sentence(
     code, _, err = cli(capsys, *argv, "--max-iterations", "2", "--max-agent-turns", "3")
     assert code == 2
     assert "--max-iterations and --max-agent-turns work with --strategy replan only" in err
+
+
+SLOW_TOOLS = '''
+import asyncio
+
+
+async def wait(n: int) -> int:
+    """Wait a while."""
+    await asyncio.sleep(30)
+    return n
+'''
+
+
+def test_a_run_out_of_time_says_how_to_give_it_more(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    tools = tmp_path / "slow.py"
+    tools.write_text(SLOW_TOOLS)
+    steps = [{"id": f"s{n}", "title": "Wait", "tool": "wait", "args": {"n": n}} for n in (1, 2, 3)]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"kind": "plan", "steps": steps}]))
+    argv = ("run", "Wait", "--tools", str(tools), "--model", f"scripted:{script}")
+    code, out, err = cli(capsys, *argv, "--max-seconds", "0.5")
+    assert code == 1 and "stop_reason=max_seconds" in out
+    [run_id] = set(RUN_ID.findall(out))
+    assert f"taskdecomp resume {run_id} --max-seconds SECONDS" in " ".join(err.split())
