@@ -219,17 +219,18 @@ def until_done(
         report(ended[-1], as_json=as_json, show=show)
         _stopped_by_ctrl_c(ended[-1], db)
         return EXIT_INTERRUPTED
-    return report(result, as_json=as_json, show=show)
+    code = report(result, as_json=as_json, show=show)
+    _stopped_at_deadline(result, db)
+    return code
 
 
 def _stopped_by_ctrl_c(result: RunResult, db: str | None) -> None:
     if result.stop_reason != stops.CANCELLED:
         return
-    where = f" --db {shlex.quote(db)}" if db else ""
     console(stderr=True).print(
         literal(
             f"stopped by Ctrl-C; run {result.run_id} is stored as cancelled. Continue it with: "
-            f"taskdecomp resume {result.run_id}{where}",
+            f"taskdecomp resume {result.run_id}{_db_flag(db)}",
             "yellow",
         ),
         soft_wrap=True,
@@ -241,6 +242,24 @@ APPROVE_PLAN_HINT = (
     "@tool(needs_approval=True) waits for approval before each call)"
 )
 """Said when ``--approve-plan`` is given to a strategy without plan approvals."""
+
+
+def _stopped_at_deadline(result: RunResult, db: str | None) -> None:
+    """Say that a run out of time keeps what it did, and how to give it more."""
+    if result.stop_reason != stops.MAX_SECONDS:
+        return
+    console(stderr=True).print(
+        literal(
+            f"run {result.run_id} is stored with the steps it finished. Give it more time "
+            f"with: taskdecomp resume {result.run_id} --max-seconds SECONDS{_db_flag(db)}",
+            "yellow",
+        ),
+        soft_wrap=True,
+    )
+
+
+def _db_flag(db: str | None) -> str:
+    return f" --db {shlex.quote(db)}" if db else ""
 
 
 def report(

@@ -18,15 +18,18 @@ from taskdecomp.errors import ConfigError
 
 
 class StrategyName(click.ParamType[str]):
-    """A registered strategy that starts from a goal."""
+    """A registered strategy's name (whether it starts from a goal is checked as it runs)."""
 
     name = "strategy"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        """``value`` if a strategy has that name; else a usage error listing them."""
-        from taskdecomp.strategies.registry import goal_strategies
+        """``value`` if a strategy has that name; else a usage error listing them.
 
-        names = goal_strategies()
+        Only the names are read: no strategy is imported to parse a command line.
+        """
+        from taskdecomp.strategies.registry import STRATEGIES
+
+        names = STRATEGIES.names()
         if value not in names:
             self.fail(f"{value!r} is not a strategy; choose one of: {', '.join(names)}", param, ctx)
         return str(value)
@@ -75,6 +78,11 @@ def strategy_options(
     from taskdecomp.strategies import registry
 
     chosen = registry.strategy(strategy)
+    if not chosen.starts_from_goal:
+        raise click.UsageError(
+            f"--strategy {strategy} does not start from a goal; choose one of: "
+            f"{', '.join(registry.goal_strategies())}"
+        )
     given = {flag: value for flag, value in flags.items() if value not in (None, False)}
     refused = [(key, flag) for (key, flag), value in given.items() if _refuses(chosen, key, value)]
     if refused:

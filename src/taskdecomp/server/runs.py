@@ -487,4 +487,5 @@ def _options(body: RunIn) -> Any:
             raise Problem(422, f"option {local[0]!r} cannot be set over HTTP")
         return chosen.options(data)
     except ConfigError as exc:
-        raise Problem(422, str(exc)) from None
+        given = "replan options do not apply here: " if body.replan is not None else ""
+        raise Problem(422, f"{given}{exc}") from None

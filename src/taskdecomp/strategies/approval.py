@@ -178,11 +178,17 @@ def _edited(stored: StoredRun, pending: ApprovalRequest, plan: Any) -> tuple[Sto
             edited plan is refused.
     """
     config = durable.stored_config(stored)
-    edit = getattr(registry.strategy(config.strategy), "edit_plan", None)
+    chosen = registry.strategy(config.strategy)
+    edit = getattr(chosen, "edit_plan", None)
     if pending.kind != "plan" or edit is None:
+        takers = [n for n in registry.STRATEGIES.names() if _edits(registry.strategy(n))]
         raise ConfigError(
             f"run {stored.run_id!r} waits for a {pending.kind} approval; an edited plan "
-            "replaces a pending plan of a strategy that revises plans (replan) only"
+            f"replaces a pending plan of the {' or '.join(takers)} strategy only"
         )
     edited: tuple[StoredRun, Plan] = edit(stored, config, plan)
     return edited
+
+
+def _edits(strategy: object) -> bool:
+    return getattr(strategy, "edit_plan", None) is not None

@@ -16,17 +16,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pydantic import TypeAdapter, ValidationError
-
-from taskdecomp.budget import Budget
 from taskdecomp.errors import ConfigError
-from taskdecomp.models.base import Model
 from taskdecomp.plugins import Registry
-from taskdecomp.store.base import StoredRun
-from taskdecomp.strategies.base import Phases, ToolsArg
-from taskdecomp.tools import Toolset
+
+if TYPE_CHECKING:  # the registry itself stays light: the command line reads its names
+    from pydantic import TypeAdapter
+
+    from taskdecomp.budget import Budget
+    from taskdecomp.models.base import Model
+    from taskdecomp.store.base import StoredRun
+    from taskdecomp.strategies.base import Phases, ToolsArg
+    from taskdecomp.tools import Toolset
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,6 +118,8 @@ class DataclassOptions:
                 f"unknown option {unknown[0]!r} for strategy {getattr(self, 'name', '?')!r}; "
                 f"known: {', '.join(sorted(known)) or '(none)'}"
             )
+        from pydantic import ValidationError
+
         try:
             return _adapter(self.options_type).validate_python(dict(data or {}))
         except ValidationError as exc:
@@ -140,6 +144,8 @@ _ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
 
 
 def _adapter(kind: type[Any]) -> TypeAdapter[Any]:
+    from pydantic import TypeAdapter
+
     adapter = _ADAPTERS.get(kind)
     if adapter is None:
         adapter = _ADAPTERS[kind] = TypeAdapter(kind)

@@ -65,7 +65,11 @@ class WorkflowState:
 
 
 def set_status(
-    state: WorkflowState, fields: Mapping[str, Any], *, allowed: Collection[str], by: str | None
+    state: WorkflowState,
+    fields: Mapping[str, Any],
+    *,
+    allowed: Collection[str],
+    by: str | None = None,
 ) -> WorkflowState:
     """Set status fields, as phase ``by`` (``None``: outside a phase run).
 
