@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import logging
 
     from taskdecomp.models import Model
-    from taskdecomp.settings import OpenAISettings, Settings
+    from taskdecomp.settings import Settings
     from taskdecomp.store import SqlStore
     from taskdecomp.tools import Toolset
 
@@ -398,29 +398,26 @@ def build_models(
     combiner: str | None,
     *,
     base_url: str | None,
-    openai_settings: OpenAISettings,
 ) -> tuple[Model, Model | None]:
-    """The planner's and combiner's models; ``--base-url`` goes to the ``openai:`` ones.
+    """The planner's and combiner's models; ``--base-url`` goes to those that connect.
 
     Model strings are resolved here, before anything is opened or created, so a bad one is
-    a usage error with nothing left behind.
+    a usage error with nothing left behind. ``--base-url`` reaches every provider that
+    connects to a server (``openai``, or a plugin's).
     """
+    from taskdecomp.models import PROVIDERS, Connection, connects, resolve_model
+
     specs = [planner] if combiner is None else [planner, combiner]
-    if base_url and not any(spec.partition(":")[0] == "openai" for spec in specs):
+    if base_url and not any(connects(spec.partition(":")[0]) for spec in specs):
+        servers = [name for name in PROVIDERS.names() if connects(name)]
         raise ConfigError(
-            f"--base-url applies to openai: models only, not {planner!r}; "
-            "use --model openai:MODEL with it"
+            f"--base-url applies to models of a provider that connects to a server "
+            f"({', '.join(servers)}), not {planner!r}; use --model {servers[0]}:MODEL with it"
         )
+    connection = Connection(base_url=base_url)
 
     def build(spec: str) -> Model:
-        provider, _, rest = spec.partition(":")
-        if provider != "openai":
-            from taskdecomp.models import resolve_model
-
-            return resolve_model(spec)
-        from taskdecomp.models.openai import openai_model
-
-        return openai_model(rest, base_url=base_url, settings=openai_settings)
+        return resolve_model(spec, connection=connection)
 
     return build(planner), build(combiner) if combiner is not None else None
 

@@ -161,7 +161,6 @@ def run_command(
         choose_model(model, settings, openai_settings, local_available=_app.local_model_available),
         combiner_model or settings.combiner_model,
         base_url=base_url,
-        openai_settings=openai_settings,
     )
     allowed = names(allow)
     durable.lease_seconds(settings.lease_seconds)  # refused here, before a store is created
@@ -399,15 +398,12 @@ def _resume_models(
     stored: StoredRun, model: str | None, combiner_model: str | None, base_url: str | None
 ) -> tuple[Model | None, Model | str | None]:
     from taskdecomp import durable
-    from taskdecomp.settings import load_openai_settings
 
     planner_spec = model or stored.model
     if planner_spec is None:
         return None, combiner_model  # resume() explains what is missing
     combiner_spec = combiner_model or durable.stored_config(stored).combiner_model
-    return build_models(
-        planner_spec, combiner_spec, base_url=base_url, openai_settings=load_openai_settings()
-    )
+    return build_models(planner_spec, combiner_spec, base_url=base_url)
 
 
 def _summary_dict(summary: RunSummary) -> dict[str, Any]:

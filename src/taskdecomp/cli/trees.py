@@ -104,9 +104,7 @@ def decompose_command(
         spec = choose_model(
             None, settings, openai_settings, local_available=_app.local_model_available
         )
-    decomposer_model, _ = build_models(
-        spec, None, base_url=base_url, openai_settings=openai_settings
-    )
+    decomposer_model, _ = build_models(spec, None, base_url=base_url)
     activity = None if as_json else Activity(console(stderr=True))
     with open_run_store(settings, db, create=goal is not None, quiet=as_json) as store:
         repository = TreeRepository(store)

@@ -220,7 +220,6 @@ def run_command(
         choose_model(model, settings, openai_settings, local_available=_app.local_model_available),
         None,
         base_url=base_url,
-        openai_settings=openai_settings,
     )
     durable.lease_seconds(settings.lease_seconds)
     toolset = load_tools(tools) if tools is not None else None

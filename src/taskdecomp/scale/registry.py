@@ -11,11 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from taskdecomp.errors import ConfigError
-from taskdecomp.models import Model, resolve_model
+from taskdecomp.models import Model, names_file, resolve_model
 from taskdecomp.tools import Toolset, load_toolset
-
-_FILE_PROVIDERS = ("scripted:", "local:")
-"""Model strings that name a file: only through the registry."""
 
 
 class Unavailable(LookupError):
@@ -77,7 +74,7 @@ class Registry:
             raise Unavailable("model", "the run names no model")
         spec = self.models.get(name)
         if spec is None:
-            if name.startswith(_FILE_PROVIDERS):
+            if _names_file(name):
                 raise Unavailable(
                     name,
                     f"a queued run names its model; register {name!r} on the workers with "
@@ -88,6 +85,14 @@ class Registry:
             return resolve_model(spec)
         except ConfigError as exc:
             raise Unavailable(name, str(exc)) from exc
+
+
+def _names_file(spec: str) -> bool:
+    """Whether ``spec`` names a file (a queued run may not): only through the registry."""
+    try:
+        return names_file(spec)
+    except ConfigError:
+        return False  # an unknown provider: resolving it says so
 
 
 def _pairs(items: Iterable[str], flag: str) -> dict[str, str]:
