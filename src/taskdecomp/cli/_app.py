@@ -45,6 +45,12 @@ DB_OPTION = click.option(
 )
 
 
+BASE_URL_OPTION = click.option(
+    "--base-url",
+    help="The server of every model whose provider connects to one (openai:, or a "
+    "plugin's).  [env: OPENAI_BASE_URL for openai:]",
+)
+
 DURABILITY_OPTION = click.option(
     "--durability",
     type=click.Choice(DURABILITIES),

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from taskdecomp.cli._app import (
+    BASE_URL_OPTION,
     DB_OPTION,
     DEBUG_OPTION,
     DURABILITY_OPTION,
@@ -61,6 +62,7 @@ QUEUE_OPTION = click.option(
     help="Worker deaths a run survives before it is parked as poisoned.",
 )
 @click.option("--executor-id", help="This worker's name in the queue (default: host-pid).")
+@BASE_URL_OPTION
 @DURABILITY_OPTION
 @DEBUG_OPTION
 @LOCAL_THREADS_OPTION
@@ -72,6 +74,7 @@ def worker_command(
     models: tuple[str, ...],
     max_recoveries: int,
     executor_id: str | None,
+    base_url: str | None,
     durability: Durability | None,
 ) -> int:
     """Take runs off a queue and execute them, until Ctrl-C or SIGTERM.
@@ -89,7 +92,9 @@ def worker_command(
     from taskdecomp.scale.worker import Worker
 
     settings = load_settings()
-    registry = Registry.parse(tools, models)
+    from taskdecomp.models import Connection
+
+    registry = Registry.parse(tools, models, Connection(base_url=base_url))
     registry.load()
     url = settings.store_url(db)
     with open_run_store(settings, db) as store:

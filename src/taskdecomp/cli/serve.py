@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from types import FrameType
 from typing import Any
@@ -10,7 +9,14 @@ from typing import Any
 import click
 
 from taskdecomp.cli import _app
-from taskdecomp.cli._app import DB_OPTION, LOCAL_THREADS_OPTION, app, load_settings, needs_extra
+from taskdecomp.cli._app import (
+    BASE_URL_OPTION,
+    DB_OPTION,
+    LOCAL_THREADS_OPTION,
+    app,
+    load_settings,
+    needs_extra,
+)
 from taskdecomp.settings import choose_model, load_decomp_settings, load_openai_settings
 
 GRACE_SECONDS = 3
@@ -36,6 +42,7 @@ GRACE_SECONDS = 3
     help="A model runs may use; repeat for more (the first is the default).  "
     "[default: as for run: TASKDECOMP_MODEL, openai, local]",
 )
+@BASE_URL_OPTION
 @click.option("--decomp-model", help="The decomposer's model.  [env: DECOMP_MODEL]")
 @click.option("--chat-model", help="The chat agent's model; without it POST /chat is off.")
 @click.option(
@@ -68,6 +75,7 @@ def serve_command(
     port: int,
     toolsets: tuple[str, ...],
     models: tuple[str, ...],
+    base_url: str | None,
     decomp_model: str | None,
     chat_model: str | None,
     cors_origins: tuple[str, ...],
@@ -91,6 +99,12 @@ def serve_command(
         with needs_extra("serve --executor queue", "scale", "dbos"):
             import dbos  # noqa: F401  # the queue: say so before the server starts
     config = _config(host, toolsets, models, decomp_model, chat_model, cors_origins, db)
+    if base_url:
+        import dataclasses
+
+        from taskdecomp.models import Connection
+
+        config = dataclasses.replace(config, connection=Connection(base_url=base_url))
     config = dataclasses.replace(config, executor=executor, queue=queue)
     service = open_service(config)
     where = f"store: {service.store.name}"

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from taskdecomp.errors import ConfigError
-from taskdecomp.models import Model, names_file, resolve_model
+from taskdecomp.models import Connection, Model, names_file, resolve_model
 from taskdecomp.tools import Toolset, load_toolset
 
 
@@ -31,16 +31,27 @@ class Registry:
     """Toolset name -> a .py file or an importable module."""
     models: Mapping[str, str] = field(default_factory=dict)
     """Model name -> a model string."""
+    connection: Connection = field(default_factory=Connection)
+    """Where models of a provider that connects to a server connect (``--base-url``)."""
     _loaded: dict[str, Toolset] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def parse(cls, tools: Iterable[str] = (), models: Iterable[str] = ()) -> Registry:
+    def parse(
+        cls,
+        tools: Iterable[str] = (),
+        models: Iterable[str] = (),
+        connection: Connection | None = None,
+    ) -> Registry:
         """Build one from ``NAME=VALUE`` pairs.
 
         Raises:
             ConfigError: a pair without ``=`` or a name given twice.
         """
-        return cls(tools=_pairs(tools, "--tools"), models=_pairs(models, "--model"))
+        return cls(
+            tools=_pairs(tools, "--tools"),
+            models=_pairs(models, "--model"),
+            connection=connection or Connection(),
+        )
 
     def load(self) -> None:
         """Load every toolset now, so a worker with a broken one fails at start-up.
@@ -82,7 +93,7 @@ class Registry:
                 )
             spec = name
         try:
-            return resolve_model(spec)
+            return resolve_model(spec, connection=self.connection)
         except ConfigError as exc:
             raise Unavailable(name, str(exc)) from exc
 

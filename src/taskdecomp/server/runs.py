@@ -23,6 +23,7 @@ from typing import Any
 from taskdecomp.budget import Budget
 from taskdecomp.errors import ConfigError
 from taskdecomp.events import Event, Subscriber
+from taskdecomp.models import Model, resolve_model
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.server.config import ServerConfig
 from taskdecomp.server.problems import Problem, one_line
@@ -129,7 +130,7 @@ class RunService:
             lambda on_event: run(
                 body.goal,
                 tools=toolset,
-                model=model,
+                model=self._resolved(model),
                 allow=allow,
                 budget=budget,
                 on_event=on_event,
@@ -223,7 +224,7 @@ class RunService:
                 stored.run_id,
                 store=self.store,
                 tools=toolset,
-                model=model,
+                model=self._resolved(model),
                 on_event=on_event,
                 lease_seconds=self.config.lease_seconds,
                 durability=self.config.durability,
@@ -398,6 +399,10 @@ class RunService:
                 422, f"unknown toolset {name!r}; registered: {', '.join(sorted(self.toolsets))}"
             )
         return toolset
+
+    def _resolved(self, spec: str) -> Model:
+        """The model ``spec`` names, connected as the server was told (``--base-url``)."""
+        return resolve_model(spec, connection=self.config.connection)
 
     def _model(self, name: str | None) -> str:
         if name is None:

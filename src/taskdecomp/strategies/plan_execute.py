@@ -22,7 +22,7 @@ from taskdecomp import durable, owners
 from taskdecomp.budget import MIN_PLAN_STEPS, Budget
 from taskdecomp.durable import DEFAULT_DURABILITY, Durability
 from taskdecomp.errors import ConfigError
-from taskdecomp.events import PlanCreated, RunStarted, Subscriber
+from taskdecomp.events import RunStarted, Subscriber
 from taskdecomp.models import Model, ModelRequest, ScriptedModel, resolve_model
 from taskdecomp.models.base import streams
 from taskdecomp.models.schemas import plan_schema
@@ -431,9 +431,7 @@ async def _planned(
         ctx.journal.hold()  # the plan is stored before the steps that started early
     try:
         plan = outcome.plan = await _plan(ctx, outcome, budget, early if stream else None)
-        ctx.events.emit(PlanCreated(run_id=ctx.run_id, plan=plan))
-        if ctx.journal is not None:
-            ctx.journal.plan_created(plan)
+        ctx.plan_created(plan)
     finally:
         if ctx.journal is not None:
             ctx.journal.unhold()
