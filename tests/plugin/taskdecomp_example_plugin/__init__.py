@@ -18,6 +18,7 @@ from typing import Any
 
 from taskdecomp import ModelRequest, ModelResponse, tool
 from taskdecomp.models import Connection
+from taskdecomp.models.providers import provider
 from taskdecomp.plan import Plan, Step, TaskId
 from taskdecomp.scheduler import execute_plan
 from taskdecomp.strategies.registry import DataclassOptions, Setup
@@ -99,13 +100,11 @@ class EchoModel:
         return ModelResponse(text=text, tokens_in=1, tokens_out=1)
 
 
+@provider(connects=True)
 def echo(name: str, connection: Connection) -> EchoModel:
     """The ``echo`` provider: it connects to a server (so ``--base-url`` reaches it)."""
     return EchoModel(name, connection)
 
-
-echo.connects = True  # type: ignore[attr-defined]
-echo.names_files = False  # type: ignore[attr-defined]
 
 # -- the toolset source ---------------------------------------------------------------------
 
