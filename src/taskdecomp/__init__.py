@@ -41,6 +41,16 @@ from taskdecomp.errors import (
 if typing.TYPE_CHECKING:
     from taskdecomp.budget import Budget, Usage
     from taskdecomp.decomposition import DecompOptions, DecompositionResult
+    from taskdecomp.engine import (
+        approve,
+        approve_sync,
+        reject,
+        reject_async,
+        resume,
+        resume_sync,
+        run,
+        run_sync,
+    )
     from taskdecomp.events import (
         AgentTurn,
         ApprovalDecided,
@@ -73,17 +83,25 @@ if typing.TYPE_CHECKING:
     from taskdecomp.stops import CODES, StopReason, StopRun, is_known
     from taskdecomp.store import SqlStore, open_store
     from taskdecomp.store.trees import TreeRepository
-    from taskdecomp.strategies.approval import approve, reject
     from taskdecomp.strategies.decompose import PlanDecomposer
-    from taskdecomp.strategies.plan_execute import resume, run, run_sync
     from taskdecomp.strategies.replan import ReplanOptions
-    from taskdecomp.strategies.workflow import WorkflowOptions, run_workflow
+    from taskdecomp.strategies.workflow import WorkflowOptions, run_workflow, run_workflow_sync
     from taskdecomp.tools import Toolset, ToolSpec, load_toolset, tool
     from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTree, PlanTreeId
 
 _MODULES: dict[str, tuple[str, ...]] = {
     "taskdecomp.budget": ("Budget", "Usage"),
     "taskdecomp.decomposition": ("DecompOptions", "DecompositionResult"),
+    "taskdecomp.engine": (
+        "approve",
+        "approve_sync",
+        "reject",
+        "reject_async",
+        "resume",
+        "resume_sync",
+        "run",
+        "run_sync",
+    ),
     "taskdecomp.events": (
         "AgentTurn",
         "ApprovalDecided",
@@ -116,11 +134,9 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "taskdecomp.stops": ("CODES", "StopReason", "StopRun", "is_known"),
     "taskdecomp.store": ("SqlStore", "open_store"),
     "taskdecomp.store.trees": ("TreeRepository",),
-    "taskdecomp.strategies.approval": ("approve", "reject"),
     "taskdecomp.strategies.decompose": ("PlanDecomposer",),
-    "taskdecomp.strategies.plan_execute": ("resume", "run", "run_sync"),
     "taskdecomp.strategies.replan": ("ReplanOptions",),
-    "taskdecomp.strategies.workflow": ("WorkflowOptions", "run_workflow"),
+    "taskdecomp.strategies.workflow": ("WorkflowOptions", "run_workflow", "run_workflow_sync"),
     "taskdecomp.tools": ("ToolSpec", "Toolset", "load_toolset", "tool"),
     "taskdecomp.tree": ("NewNode", "NodeId", "PlanNode", "PlanTree", "PlanTreeId"),
 }
@@ -190,6 +206,7 @@ __all__ = [
     "Usage",
     "WorkflowOptions",
     "approve",
+    "approve_sync",
     "args_hash",
     "is_known",
     "load_toolset",
@@ -197,11 +214,14 @@ __all__ = [
     "parse_model_json",
     "register_provider",
     "reject",
+    "reject_async",
     "resolve_model",
     "resume",
+    "resume_sync",
     "run",
     "run_sync",
     "run_workflow",
+    "run_workflow_sync",
     "submit",
     "tool",
     "validate_plan_action",

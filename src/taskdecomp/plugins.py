@@ -46,6 +46,8 @@ class Registry(Generic[T]):
     ) -> None:
         self.group = group
         self.kind = kind
+        self.builtins: Mapping[str, str] = dict(builtins)
+        """The built-in plugins' references (``pyproject.toml`` declares the same)."""
         self._refs: dict[str, str] = dict(builtins)
         self._loaded: dict[str, T] = {}
         self._scanned = False

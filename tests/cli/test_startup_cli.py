@@ -114,10 +114,10 @@ def test_star_import_and_dir_in_a_fresh_interpreter() -> None:
         "import taskdecomp\n"
         "listed = set(dir(taskdecomp))\n"
         "from taskdecomp import *\n"
-        "from taskdecomp.strategies import plan_execute\n"
+        "from taskdecomp import engine\n"
         "print(sorted(set(taskdecomp.__all__) - listed))\n"
         "print(sorted(n for n in taskdecomp.__all__ if n not in globals()))\n"
-        "print(run is plan_execute.run is taskdecomp.run)\n"
+        "print(run is engine.run is taskdecomp.run)\n"
     )
     done = python("-c", code)
     assert done.returncode == 0, done.stderr
@@ -128,7 +128,7 @@ def test_run_stays_the_engine_entry_once_the_submodule_is_imported() -> None:
     code = (
         "import taskdecomp.cli.runs, taskdecomp.store, taskdecomp.run\n"
         "import taskdecomp\n"
-        "from taskdecomp.strategies.plan_execute import run\n"
+        "from taskdecomp.engine import run\n"
         "print(taskdecomp.run is run)\n"
     )
     done = python("-c", code)

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
+from taskdecomp.engine import resume
 from taskdecomp.errors import RunLeasedError, RunNotFoundError
 from taskdecomp.run import RunId
 from taskdecomp.store import SqlStore, open_store
-from taskdecomp.strategies.plan_execute import resume
 
 HERE = Path(__file__).parent / "crash"
 SEED = 20260421

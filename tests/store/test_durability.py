@@ -12,10 +12,10 @@ import pytest
 
 from taskdecomp import ConfigError, tool
 from taskdecomp.cli import main
+from taskdecomp.engine import run
 from taskdecomp.errors import StoreError
 from taskdecomp.run import RunId
 from taskdecomp.store import Checkpoint, Lease, SqlStore, open_store
-from taskdecomp.strategies.plan_execute import run
 from tests.store.test_durable_runs import THREE, Tools, model, start, step
 
 SIX = tuple(step(n, "look") for n in range(1, 7))

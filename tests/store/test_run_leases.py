@@ -19,13 +19,13 @@ from taskdecomp import Budget, ConfigError, ModelRequest, RunLeasedError, Script
 from taskdecomp.budget import Meter, Usage
 from taskdecomp.cli import main
 from taskdecomp.durable import Journal
+from taskdecomp.engine import resume, run
 from taskdecomp.events import Event, EventBus, StepStarted
 from taskdecomp.gateway import ToolGateway
 from taskdecomp.run import RunId
 from taskdecomp.runtime import RunContext
 from taskdecomp.stops import StopRun
 from taskdecomp.store import Lease, NewRun, SqlStore, open_store
-from taskdecomp.strategies.plan_execute import resume, run
 from taskdecomp.tools import Toolset
 from tests.store.test_durable_runs import THREE, Tools, again, crash, model
 

@@ -16,9 +16,9 @@ from taskdecomp.cli._app import (
     open_run_store,
 )
 from taskdecomp.cli.runs import report, until_done
+from taskdecomp.engine import approve, reject
 from taskdecomp.errors import ConfigError
 from taskdecomp.jsonsafe import loads
-from taskdecomp.strategies.approval import approve, reject
 
 
 @app.command("approve")

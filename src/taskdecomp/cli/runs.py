@@ -151,8 +151,8 @@ def run_command(
         hints={"approve_plan": APPROVE_PLAN_HINT},
     )
     from taskdecomp import durable  # the engine, once the arguments are known to be right
+    from taskdecomp.engine import run
     from taskdecomp.settings import choose_model, load_openai_settings
-    from taskdecomp.strategies.plan_execute import run
 
     settings = load_settings()
     budget = settings.budget(**budget_flags)
@@ -354,7 +354,7 @@ def resume_command(
     approval), 130 on Ctrl-C.
     """
     from taskdecomp import durable
-    from taskdecomp.strategies.plan_execute import resume
+    from taskdecomp.engine import resume
 
     settings = load_settings()
     with open_run_store(settings, db) as store:

@@ -17,6 +17,7 @@ import logging
 
 from taskdecomp import durable, owners, stops
 from taskdecomp.durable import Durability
+from taskdecomp.engine import continue_run
 from taskdecomp.errors import RunLeasedError, RunNotFoundError, StoreError
 from taskdecomp.models import ScriptedModel
 from taskdecomp.run import RunId
@@ -26,7 +27,6 @@ from taskdecomp.stops import StopReason, StopRun
 from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Lease, StoredRun
 from taskdecomp.store.sql import SqlStore
 from taskdecomp.strategies.base import Outcome, Phases
-from taskdecomp.strategies.plan_execute import continue_run
 from taskdecomp.tools import Toolset
 
 logger = logging.getLogger(__name__)

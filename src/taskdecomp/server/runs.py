@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from taskdecomp.budget import Budget
+from taskdecomp.engine import approve, reject, resume, run
 from taskdecomp.errors import ConfigError
 from taskdecomp.events import Event, Subscriber
 from taskdecomp.models import Model, resolve_model
@@ -30,8 +31,6 @@ from taskdecomp.server.problems import Problem, one_line
 from taskdecomp.server.schemas import BudgetIn, RunIn
 from taskdecomp.store import RunSummary, SqlStore, StoredRun
 from taskdecomp.strategies import registry
-from taskdecomp.strategies.approval import approve, reject
-from taskdecomp.strategies.plan_execute import resume, run
 from taskdecomp.tools import Toolset
 
 logger = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ it, and its state (phase, status, tasks, agents' turns) with every checkpoint.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -21,7 +22,7 @@ from taskdecomp.events import Subscriber
 from taskdecomp.models import Model, resolve_model
 from taskdecomp.plan import Plan
 from taskdecomp.run import RunId, RunResult, new_run_id
-from taskdecomp.runtime import Clock, RunContext
+from taskdecomp.runtime import Clock, RunContext, run_blocking
 from taskdecomp.stops import StopRun
 from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Store, StoredRun
 from taskdecomp.strategies.base import (
@@ -154,6 +155,19 @@ async def run_workflow(
         attach_journal(ctx, store, lease, segment=1, started=started, durability=durability)
     async with durable.leased(ctx.journal):
         return await execute(ctx, Outcome(), budget, _phases(session), started=started)
+
+
+def run_workflow_sync(workflow: str | Path = "default", **kwargs: Any) -> RunResult:
+    """Blocking :func:`run_workflow`, for code without an event loop (see ``run_sync``).
+
+    Raises:
+        RuntimeError: when called from inside a running event loop.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run_blocking(run_workflow(workflow, **kwargs))
+    raise RuntimeError("run_workflow_sync() cannot run inside an event loop; await run_workflow")
 
 
 def rebuild(
