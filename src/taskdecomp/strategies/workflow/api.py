@@ -1,7 +1,7 @@
 """Running a workflow: :func:`run_workflow`, and what a resume needs to rebuild one.
 
 A workflow run is a run like any other (stored, leased, checkpointed, listed by ``runs``,
-continued by :func:`~taskdecomp.strategies.plan_execute.resume`) whose strategy is
+continued by :func:`~taskdecomp.engine.resume`) whose strategy is
 ``workflow``: its settings (the workflow file, the workspace, the options) are stored with
 it, and its state (phase, status, tasks, agents' turns) with every checkpoint.
 """
