@@ -7,9 +7,11 @@ it around every step:
 
 - :meth:`Journal.begin` commits the intent before an ``unsafe`` tool is called (other
   classes may run again, so they write nothing yet);
-- :meth:`Attempt.succeeded` is the checkpoint: attempt, trace entry, history entry, usage
-  and events in one transaction, before the next step can start;
-- :meth:`Attempt.failed` and :meth:`Attempt.cancelled` record attempts that ended otherwise.
+- ``Attempt.succeeded`` is the checkpoint: attempt, trace entry, history entry, usage and
+  events in one transaction, before the next step can start;
+- ``Attempt.failed`` and ``Attempt.cancelled`` (:mod:`taskdecomp.attempts`) record attempts
+  that ended otherwise. The settings stored with a run are :mod:`taskdecomp.runconfig`; what
+  an event record keeps, :mod:`taskdecomp.eventrecords`.
 
 A journal holds its run's :class:`~taskdecomp.store.base.Lease`: every write is fenced by it,
 :func:`leased` renews it while the run is in flight and gives it up at the end. Once a write
@@ -35,67 +37,45 @@ happen in the order the engine made them.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from functools import partial
-from pathlib import Path
-from typing import Any, TypeVar, assert_never
-
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import Any, TypeVar
 
 from taskdecomp import stops
-from taskdecomp.budget import Budget, Usage
+from taskdecomp.attempts import Attempt, frozen
+from taskdecomp.budget import Usage
 from taskdecomp.durability import DEFAULT_DURABILITY as DEFAULT_DURABILITY
 from taskdecomp.durability import DURABILITIES as DURABILITIES
 from taskdecomp.durability import Durability as Durability
 from taskdecomp.errors import (
     ConfigError,
-    CorruptRecordError,
     LeaseLostError,
     StoreError,
-    StoreValueError,
 )
+from taskdecomp.eventrecords import event_data
 from taskdecomp.events import (
-    AgentTurn,
-    ApprovalDecided,
-    ApprovalRequested,
     Event,
-    ModelCalled,
     ModelProgress,
-    PlanCreated,
-    PlanRevised,
-    ReplanDecided,
-    RunStarted,
-    RunStopped,
-    StepFinished,
-    StepStarted,
 )
 from taskdecomp.owners import new_owner_id
 from taskdecomp.plan import Plan, Step, TaskId
-from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
-from taskdecomp.stops import StopRun, with_detail
+from taskdecomp.run import HistoryEntry, RunId, RunResult
+from taskdecomp.stops import StopRun
 from taskdecomp.store.base import (
     AttemptStart,
-    AttemptState,
-    Checkpoint,
     EventRecord,
     Lease,
-    NewRun,
     Store,
     StoredRun,
 )
-from taskdecomp.store.codec import encode_json
-from taskdecomp.tools import SideEffects, Toolset
-from taskdecomp.writer import GroupWriter, Joinable
+from taskdecomp.tools import SideEffects
+from taskdecomp.writer import GroupWriter
 
 logger = logging.getLogger(__name__)
-
-MAX_STORED_ERROR_CHARS = 100_000
-"""A stored error message longer than this is cut (the run's own result keeps it whole)."""
 
 MIN_LEASE_SECONDS = 0.1
 """The shortest lease a run may take (it is renewed every third of its length)."""
@@ -233,7 +213,7 @@ class Journal:
         if isinstance(event, ModelProgress):  # live only: a display's, not the record's
             return
         self._events.append(
-            EventRecord(kind=type(event).__name__, at=self._now(), data=_event_data(event))
+            EventRecord(kind=type(event).__name__, at=self._now(), data=event_data(event))
         )
 
     def drain(self) -> list[EventRecord]:
@@ -351,19 +331,19 @@ class Journal:
             StopRun: ``lease_lost``: another process owns the run; nothing was written.
         """
         usage, events, lease = self.usage(), self.drain(), self.lease
-        frozen = (state[0], _frozen(state[1]), _frozen(state[2])) if state else None
+        kept = (state[0], frozen(state[1]), frozen(state[2])) if state else None
 
         def save() -> None:
             self.store.save_step(self.run_id, entry, usage=usage, events=events, lease=lease)
-            if frozen is not None:
-                plan, strategy, approvals = frozen
+            if kept is not None:
+                plan, strategy, approvals = kept
                 self.store.save_state(
                     self.run_id, plan, strategy, approvals=approvals, usage=usage, events=(),
                     lease=lease,
                 )  # fmt: skip
 
         def write() -> None:
-            if self._writer is None and frozen is not None:  # sync: one transaction
+            if self._writer is None and kept is not None:  # sync: one transaction
                 with self.store.batch(durable=True):
                     save()
             else:  # async: the group's transaction holds both
@@ -379,7 +359,7 @@ class Journal:
         Raises:
             StopRun: ``lease_lost``: another process owns the run; nothing was written.
         """
-        state, approvals = _frozen(state), _frozen(approvals)
+        state, approvals = frozen(state), frozen(approvals)
         usage, events, lease = self.usage(), self.drain(), self.lease
         self.record(
             lambda: self.store.save_state(
@@ -564,235 +544,6 @@ class Journal:
             raise StopRun(stops.LEASE_LOST, message=str(exc)) from exc
 
 
-class Attempt:
-    """One attempt at a step; ends with exactly one of the methods below."""
-
-    def __init__(self, journal: Journal, start: AttemptStart, attempt_id: int | None) -> None:
-        self._journal = journal
-        self._start = start
-        self._attempt_id = attempt_id
-        self._observation_json: str | None = None
-        """The checked observation's stored form, encoded once (as it was then)."""
-
-    def check(self, tool: str, observation: Any) -> None:
-        """Refuse an observation the store cannot keep, before anything is recorded.
-
-        Raises:
-            StopRun: ``tool_error:<tool>`` saying why the value cannot be stored.
-        """
-        try:
-            text = encode_json(observation, what=f"the observation of step {self._start.step_id!r}")
-        except StoreValueError as exc:
-            raise StopRun(with_detail("tool_error", tool), message=str(exc)) from exc
-        self._observation_json = text
-
-    async def succeeded(
-        self,
-        entry: TraceEntry,
-        history: HistoryEntry | None,
-        *,
-        state: Mapping[str, Any] | None = None,
-    ) -> None:
-        """The checkpoint, in one transaction.
-
-        The call's trace, the step's result (when the call ended the step), usage, events,
-        and the strategy's state when given (an executor agent's turn). An ``unsafe``
-        call's outcome is on disk before this returns, so a crash cannot leave it in doubt.
-
-        Raises:
-            StopRun: ``lease_lost``: another process owns the run; nothing was written.
-        """
-        await self._end(self._checkpoint("ok", entry, history, state))
-
-    async def failed(self, entry: TraceEntry) -> None:
-        """The tool failed or the gateway refused it; the outcome is known.
-
-        Raises:
-            StopRun: ``lease_lost``: another process owns the run; nothing was written.
-        """
-        await self._end(self._checkpoint("failed", entry, None))
-
-    def cancelled(self, entry: TraceEntry) -> None:
-        """The attempt was cancelled before it ended; an ``unsafe`` outcome stays unknown.
-
-        A failed write is logged, not raised, so the cancellation goes on; the attempt then
-        reads as a crash, which resume treats the same way. Without the lease nothing is
-        written.
-        """
-        what = f"the cancelled attempt at {self._start.step_id!r}"
-        try:
-            self._journal.record(self._checkpoint("cancelled", entry, None), best_effort=what)
-        except StopRun:
-            pass  # the lease is lost: the run's new owner decides about this attempt
-        except StoreError:
-            logger.exception("could not record %s", what)
-
-    async def _end(self, write: Callable[[], None]) -> None:
-        if self._start.side_effects == "unsafe":
-            await self._journal.durably(write)
-        else:
-            self._journal.record(write)
-
-    def _checkpoint(
-        self,
-        state: AttemptState,
-        entry: TraceEntry,
-        history: HistoryEntry | None,
-        strategy_state: Mapping[str, Any] | None = None,
-    ) -> Callable[[], None]:
-        """The write that stores this attempt's end, with what it carries as of now."""
-        journal = self._journal
-        if entry.error is not None and len(entry.error) > MAX_STORED_ERROR_CHARS:
-            entry = replace(entry, error=entry.error[:MAX_STORED_ERROR_CHARS] + " [cut]")
-        if strategy_state is not None:  # the agent's turn lists grow after this returns
-            strategy_state = _frozen(strategy_state)
-        checkpoint = Checkpoint(
-            attempt=self._start,
-            attempt_id=self._attempt_id,
-            state=state,
-            trace=entry,
-            history=history,
-            observation_json=self._observation_json if history is not None else None,
-            usage=journal.usage(),
-            events=journal.drain(),
-            strategy_state=strategy_state,
-        )
-        return _CheckpointWrite(
-            store=journal.store, run_id=journal.run_id, lease=journal.lease, checkpoint=checkpoint
-        )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _CheckpointWrite:
-    """One checkpoint, which a group commit may join with the run's next ones."""
-
-    store: Store
-    run_id: RunId
-    lease: Lease
-    checkpoint: Checkpoint
-
-    @property
-    def join_key(self) -> tuple[int, RunId, str, int]:
-        return (id(self.store), self.run_id, self.lease.owner, self.lease.epoch)
-
-    def __call__(self) -> None:
-        self.store.checkpoint(self.run_id, self.checkpoint, lease=self.lease)
-
-    def join(self, writes: Sequence[Joinable]) -> None:
-        checkpoints = [w.checkpoint for w in writes if isinstance(w, _CheckpointWrite)]
-        self.store.checkpoints(self.run_id, checkpoints, lease=self.lease)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StoredConfig:
-    """The settings a run was stored with; a resume defaults to them."""
-
-    budget: Budget
-    allow: tuple[str, ...]
-    """The tools the run allowed."""
-    combiner_model: str | None
-    strategy: str = "plan_execute"
-    """The strategy the run uses."""
-    options: Mapping[str, Any] | None = None
-    """The strategy's options in their JSON form (stored under the strategy's name)."""
-
-
-class _ConfigModel(BaseModel):
-    model_config = ConfigDict(extra="allow")  # a strategy's options, under its name
-    budget: dict[str, Any]
-    allow: list[str]
-    combiner_model: str | None = None
-    strategy: str = "plan_execute"
-
-
-def new_run(
-    run_id: RunId,
-    goal: str,
-    *,
-    tools: object,
-    model: object,
-    combiner_model: object,
-    allow: Iterable[str],
-    budget: Budget,
-    strategy: str = "plan_execute",
-    options: Mapping[str, Any] | None = None,
-) -> NewRun:
-    """What to store when a run starts: enough for a resume to rebuild it.
-
-    ``options`` (the strategy's, in their JSON form) are stored under the strategy's name.
-    """
-    config: dict[str, Any] = {
-        "budget": asdict(budget),
-        "allow": sorted(allow),
-        "combiner_model": model_name(combiner_model),
-        "strategy": strategy,
-    }
-    if options is not None:
-        config[strategy] = dict(options)
-    return NewRun(
-        run_id=run_id, goal=goal, model=model_name(model), tools=tools_name(tools), config=config
-    )
-
-
-def model_name(model: object) -> str | None:
-    """A model's string: the string itself, or a model object's ``name``."""
-    if model is None or isinstance(model, str):
-        return model
-    name = getattr(model, "name", None)
-    return name if isinstance(name, str) else None
-
-
-def tools_name(tools: object) -> str | None:
-    """A toolset's source: a module name, or a file's absolute path; ``None`` for objects."""
-    if isinstance(tools, Toolset):
-        return tools.source
-    if not isinstance(tools, str | Path):
-        return None
-    path = Path(tools)
-    return str(path.resolve()) if path.is_file() else str(tools)
-
-
-def stored_config(stored: StoredRun) -> StoredConfig:
-    """Decode the settings stored with a run.
-
-    Raises:
-        CorruptRecordError: they do not decode.
-    """
-    try:
-        raw = _ConfigModel.model_validate(stored.config)
-        budget = Budget(**raw.budget)
-        options = stored.config.get(raw.strategy)
-        if options is not None and not isinstance(options, Mapping):
-            raise ValueError(f"the {raw.strategy} options are not an object")
-    except (ValidationError, TypeError, ValueError) as exc:
-        problem = str(exc).strip().splitlines()[0]
-        raise CorruptRecordError(
-            f"stored run {stored.run_id!r}: runs.config does not decode ({problem}); "
-            "refusing to use it"
-        ) from exc
-    return StoredConfig(
-        budget=budget,
-        allow=tuple(raw.allow),
-        combiner_model=raw.combiner_model,
-        strategy=raw.strategy,
-        options=options,
-    )
-
-
-def require(value: str | None, what: str, run_id: RunId) -> str:
-    """A stored default that a resume needs.
-
-    Raises:
-        ConfigError: the run was stored without it (it was given as an object).
-    """
-    if value is None:
-        raise ConfigError(
-            f"run {run_id!r} was started with {what} given as Python objects, so none is "
-            f"stored; pass {what}= to resume (--{what} on the command line)"
-        )
-    return value
-
-
 def interrupted(stored: StoredRun, step_id: TaskId) -> StopRun:
     """The stop for an ``unsafe`` step whose outcome is unknown."""
     step = next((s for s in stored.plan.steps if s.id == step_id), None) if stored.plan else None
@@ -805,75 +556,3 @@ def interrupted(stored: StoredRun, step_id: TaskId) -> StopRun:
         "interrupted before its result was stored; it may or may not have taken effect, so it "
         "is not called again: check by hand",
     )
-
-
-def _frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A copy of ``data`` as it is now, for a write made later on another thread."""
-    return json.loads(encode_json(dict(data), what="the run's state"))  # type: ignore[no-any-return]
-
-
-def _event_data(event: Event) -> Mapping[str, Any]:
-    if isinstance(event, RunStarted):
-        return {}
-    if isinstance(event, ModelProgress):
-        return {"phase": event.phase, "stage": event.stage, "tokens_out": event.tokens_out}
-    if isinstance(event, ModelCalled):
-        return {
-            "phase": event.phase,
-            "ok": event.ok,
-            "tokens_in": event.tokens_in,
-            "tokens_out": event.tokens_out,
-            "seconds": round(event.seconds, 6),
-        }
-    if isinstance(event, PlanCreated):
-        return {"steps": len(event.plan.steps)}
-    if isinstance(event, StepStarted):
-        return {"step_no": event.step_no, "step_id": event.step.id, "tool": event.step.tool}
-    if isinstance(event, StepFinished):
-        return _short(event.entry.to_dict())
-    return _replan_event_data(event)
-
-
-def _replan_event_data(
-    event: ReplanDecided
-    | PlanRevised
-    | AgentTurn
-    | ApprovalRequested
-    | ApprovalDecided
-    | RunStopped,
-) -> Mapping[str, Any]:
-    if isinstance(event, ReplanDecided):
-        return {"iteration": event.iteration, "kind": event.kind}
-    if isinstance(event, PlanRevised):
-        return {
-            "iteration": event.iteration,
-            "steps": len(event.plan.steps),
-            "changed": event.changed,
-        }
-    if isinstance(event, AgentTurn):
-        return {
-            "step_no": event.step_no,
-            "step_id": event.step_id,
-            "turn": event.turn,
-            "action": event.action,
-            "tool": event.tool,
-        }
-    if isinstance(event, ApprovalRequested):
-        return {"kind": event.request.kind, "digest": event.request.digest}
-    if isinstance(event, ApprovalDecided):
-        return {
-            "digest": event.digest,
-            "approved": event.approved,
-            "reason": event.reason,
-            "edited": event.edited,
-        }
-    if isinstance(event, RunStopped):
-        return {"status": event.result.status, "stop_reason": event.result.stop_reason}
-    assert_never(event)
-
-
-def _short(data: dict[str, Any]) -> dict[str, Any]:
-    error = data.get("error")
-    if isinstance(error, str) and len(error) > MAX_STORED_ERROR_CHARS:
-        data["error"] = error[:MAX_STORED_ERROR_CHARS] + " [cut]"
-    return data

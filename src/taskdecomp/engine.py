@@ -24,7 +24,7 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from taskdecomp import durable, owners, stops
+from taskdecomp import durable, owners, runconfig, stops
 from taskdecomp.approvals import ApprovalRequest
 from taskdecomp.budget import Budget
 from taskdecomp.durable import DEFAULT_DURABILITY, Durability
@@ -122,7 +122,7 @@ async def run(
     combiner = resolve_model(combiner_model) if combiner_model is not None else None
     started = ctx.clock()
     if store is not None:
-        new = durable.new_run(
+        new = runconfig.new_run(
             ctx.run_id,
             goal,
             tools=tools,
@@ -307,9 +307,9 @@ async def continue_run(
             store.release_lease(lease)
             return prepared
         stored = prepared
-        config = durable.stored_config(stored)
+        config = runconfig.stored_config(stored)
         budget = budget or config.budget
-        planner = resolve_model(model or durable.require(stored.model, "model", stored.run_id))
+        planner = resolve_model(model or runconfig.require(stored.model, "model", stored.run_id))
         combiner_spec = combiner_model or config.combiner_model
         combiner = resolve_model(combiner_spec) if combiner_spec is not None else None
         toolset: Toolset | None = None
@@ -322,7 +322,7 @@ async def continue_run(
             toolset = as_toolset(
                 tools
                 if tools is not None
-                else durable.require(stored.tools, "tools", stored.run_id)
+                else runconfig.require(stored.tools, "tools", stored.run_id)
             )
         _carry_on_scripts(stored, planner)
     except BaseException:
@@ -535,7 +535,7 @@ def _edited(stored: StoredRun, pending: ApprovalRequest, plan: Any) -> tuple[Sto
         ConfigError: the run waits for a tool call, its strategy has no plan to edit, or the
             edited plan is refused.
     """
-    config = durable.stored_config(stored)
+    config = runconfig.stored_config(stored)
     chosen = registry.strategy(config.strategy)
     edit = getattr(chosen, "edit_plan", None)
     if pending.kind != "plan" or edit is None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from taskdecomp import stops
 from taskdecomp.approvals import ApprovalRequest
-from taskdecomp.durable import Attempt
+from taskdecomp.attempts import Attempt
 from taskdecomp.events import StepFinished, StepStarted
 from taskdecomp.gateway import args_hash
 from taskdecomp.plan import Plan, Step, TaskId

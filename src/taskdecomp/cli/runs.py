@@ -353,7 +353,7 @@ def resume_command(
     (an unknown run id, no store, a run owned by another process, a run that waits for
     approval), 130 on Ctrl-C.
     """
-    from taskdecomp import durable
+    from taskdecomp import runconfig
     from taskdecomp.engine import resume
 
     settings = load_settings()
@@ -370,7 +370,7 @@ def resume_command(
                 soft_wrap=True,
             )
             return report(stored.result(), as_json=as_json)
-        budget = durable.stored_config(stored).budget
+        budget = runconfig.stored_config(stored).budget
         if max_seconds is not None:
             budget = dataclasses.replace(budget, max_seconds=max_seconds)
         planner, combiner = _resume_models(stored, model, combiner_model, base_url)
@@ -397,12 +397,12 @@ def resume_command(
 def _resume_models(
     stored: StoredRun, model: str | None, combiner_model: str | None, base_url: str | None
 ) -> tuple[Model | None, Model | str | None]:
-    from taskdecomp import durable
+    from taskdecomp import runconfig
 
     planner_spec = model or stored.model
     if planner_spec is None:
         return None, combiner_model  # resume() explains what is missing
-    combiner_spec = combiner_model or durable.stored_config(stored).combiner_model
+    combiner_spec = combiner_model or runconfig.stored_config(stored).combiner_model
     return build_models(planner_spec, combiner_spec, base_url=base_url)
 
 

@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import logging
 
-from taskdecomp import durable, owners, stops
+from taskdecomp import durable, owners, runconfig, stops
 from taskdecomp.durable import Durability
 from taskdecomp.engine import continue_run
 from taskdecomp.errors import RunLeasedError, RunNotFoundError, StoreError
@@ -89,7 +89,7 @@ async def _run(run_id: RunId, lease: Lease, first_started_at: float | None, how:
     store = how.store
     stored = durable.load_leased(store, lease)
     try:
-        config = durable.stored_config(stored)
+        config = runconfig.stored_config(stored)
         toolset = how.registry.toolset(stored.tools)
         model = how.registry.model(stored.model)
     except Unavailable as exc:

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from taskdecomp import durable, owners
+from taskdecomp import durable, owners, runconfig
 from taskdecomp.budget import Budget
 from taskdecomp.errors import ConfigError, RunLeasedError, RunNotFoundError
 from taskdecomp.run import RunId, new_run_id
@@ -82,7 +82,7 @@ def submit(
     if not chosen.starts_from_goal:
         raise ConfigError(f"strategy {strategy!r} does not start from a goal")
     settings = registry.options_for(chosen, options if options is not None else replan)
-    new = durable.new_run(
+    new = runconfig.new_run(
         new_run_id(),
         goal,
         tools=None,

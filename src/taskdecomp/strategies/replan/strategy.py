@@ -6,10 +6,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from taskdecomp.durable import StoredConfig
 from taskdecomp.errors import ConfigError
 from taskdecomp.plan import Plan
 from taskdecomp.policy import validate_plan_action
+from taskdecomp.runconfig import StoredConfig
 from taskdecomp.stops import StopRun
 from taskdecomp.store.base import StoredRun
 from taskdecomp.strategies.base import Phases, ToolsArg

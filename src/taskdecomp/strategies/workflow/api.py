@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from taskdecomp import durable, owners
+from taskdecomp import durable, owners, runconfig
 from taskdecomp.budget import Budget, Usage
 from taskdecomp.durable import DEFAULT_DURABILITY, Durability
 from taskdecomp.errors import ConfigError, CorruptRecordError
@@ -129,7 +129,7 @@ async def run_workflow(
         ctx.clock = clock
     started = ctx.clock()
     if store is not None:
-        new = durable.new_run(
+        new = runconfig.new_run(
             ctx.run_id,
             goal,
             tools=tools,

@@ -1,0 +1,131 @@
+"""The settings stored with a run, so that a resume (in any process) can rebuild it.
+
+A run's row keeps its goal, its planner's model string and its toolset's source, and a
+JSON ``config``: the budget, the allowed tools, the combiner's model, the strategy, and the
+strategy's options under the strategy's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from taskdecomp.budget import Budget
+from taskdecomp.errors import ConfigError, CorruptRecordError
+from taskdecomp.run import RunId
+from taskdecomp.store.base import NewRun, StoredRun
+from taskdecomp.tools import Toolset
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoredConfig:
+    """The settings a run was stored with; a resume defaults to them."""
+
+    budget: Budget
+    allow: tuple[str, ...]
+    """The tools the run allowed."""
+    combiner_model: str | None
+    strategy: str = "plan_execute"
+    """The strategy the run uses."""
+    options: Mapping[str, Any] | None = None
+    """The strategy's options in their JSON form (stored under the strategy's name)."""
+
+
+class _ConfigModel(BaseModel):
+    model_config = ConfigDict(extra="allow")  # a strategy's options, under its name
+    budget: dict[str, Any]
+    allow: list[str]
+    combiner_model: str | None = None
+    strategy: str = "plan_execute"
+
+
+def new_run(
+    run_id: RunId,
+    goal: str,
+    *,
+    tools: object,
+    model: object,
+    combiner_model: object,
+    allow: Iterable[str],
+    budget: Budget,
+    strategy: str = "plan_execute",
+    options: Mapping[str, Any] | None = None,
+) -> NewRun:
+    """What to store when a run starts: enough for a resume to rebuild it.
+
+    ``options`` (the strategy's, in their JSON form) are stored under the strategy's name.
+    """
+    config: dict[str, Any] = {
+        "budget": asdict(budget),
+        "allow": sorted(allow),
+        "combiner_model": model_name(combiner_model),
+        "strategy": strategy,
+    }
+    if options is not None:
+        config[strategy] = dict(options)
+    return NewRun(
+        run_id=run_id, goal=goal, model=model_name(model), tools=tools_name(tools), config=config
+    )
+
+
+def model_name(model: object) -> str | None:
+    """A model's string: the string itself, or a model object's ``name``."""
+    if model is None or isinstance(model, str):
+        return model
+    name = getattr(model, "name", None)
+    return name if isinstance(name, str) else None
+
+
+def tools_name(tools: object) -> str | None:
+    """A toolset's source: a module name, or a file's absolute path; ``None`` for objects."""
+    if isinstance(tools, Toolset):
+        return tools.source
+    if not isinstance(tools, str | Path):
+        return None
+    path = Path(tools)
+    return str(path.resolve()) if path.is_file() else str(tools)
+
+
+def stored_config(stored: StoredRun) -> StoredConfig:
+    """Decode the settings stored with a run.
+
+    Raises:
+        CorruptRecordError: they do not decode.
+    """
+    try:
+        raw = _ConfigModel.model_validate(stored.config)
+        budget = Budget(**raw.budget)
+        options = stored.config.get(raw.strategy)
+        if options is not None and not isinstance(options, Mapping):
+            raise ValueError(f"the {raw.strategy} options are not an object")
+    except (ValidationError, TypeError, ValueError) as exc:
+        problem = str(exc).strip().splitlines()[0]
+        raise CorruptRecordError(
+            f"stored run {stored.run_id!r}: runs.config does not decode ({problem}); "
+            "refusing to use it"
+        ) from exc
+    return StoredConfig(
+        budget=budget,
+        allow=tuple(raw.allow),
+        combiner_model=raw.combiner_model,
+        strategy=raw.strategy,
+        options=options,
+    )
+
+
+def require(value: str | None, what: str, run_id: RunId) -> str:
+    """A stored default that a resume needs.
+
+    Raises:
+        ConfigError: the run was stored without it (it was given as an object).
+    """
+    if value is None:
+        raise ConfigError(
+            f"run {run_id!r} was started with {what} given as Python objects, so none is "
+            f"stored; pass {what}= to resume (--{what} on the command line)"
+        )
+    return value
