@@ -14,7 +14,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field, replace
 from types import FrameType, TracebackType
 from typing import Any, Literal, TypeVar
@@ -24,7 +24,7 @@ from taskdecomp.approvals import Approvals
 from taskdecomp.budget import Meter
 from taskdecomp.durable import Journal
 from taskdecomp.errors import ModelError, ModelTimeoutError
-from taskdecomp.events import EventBus, ModelCalled, ModelProgress, PlanCreated
+from taskdecomp.events import EventBus, ModelCalled, ModelProgress, PlanCreated, StepFinished
 from taskdecomp.gateway import ToolGateway
 from taskdecomp.models.base import (
     Model,
@@ -58,6 +58,9 @@ _STRUCTURED_PHASES = {
 }
 """Phases whose answer is parsed, and the stop family of an answer cut off by the limit."""
 
+StoredState = tuple[Plan, Mapping[str, Any], Mapping[str, Any]]
+"""What a strategy stores with a step: its plan, its own state, the approvals."""
+
 StepAgent = Callable[[int, Step], Awaitable[Any]]
 """Carries out an instruction step (its number, the step) and returns the step's result."""
 
@@ -81,6 +84,40 @@ class RunContext:
     """What a human approved, and what waits for one."""
     agent: StepAgent | None = None
     """Carries out instruction steps (the ``replan`` strategy's executor agent)."""
+
+    def step_finished(
+        self,
+        step_no: int,
+        step: Step,
+        observation: Any,
+        *,
+        started: float,
+        then: Callable[[], StoredState | None] | None = None,
+    ) -> None:
+        """Record a step that finished without a tool call of its own, and checkpoint it.
+
+        An instruction step carried out by an agent, or a workflow's phase run: its trace
+        entry and history, the ``StepFinished`` event, then the journal's checkpoint.
+        ``then`` runs after the history holds the step and returns what to store with it
+        (the plan, the strategy's state and the approvals), in the same transaction.
+
+        Raises:
+            StopRun: ``lease_lost``: another process owns the run; nothing was written.
+        """
+        entry = TraceEntry(
+            step_no=step_no,
+            step_id=step.id,
+            tool=step.tool_name,
+            args_hash="",
+            ok=True,
+            seconds=round(self.clock() - started, 6),
+        )
+        history = HistoryEntry(step_no=step_no, plan_step=step, observation=observation)
+        self.history.append(history)
+        self.events.emit(StepFinished(run_id=self.run_id, entry=entry, observation=observation))
+        state = then() if then is not None else None
+        if self.journal is not None:
+            self.journal.step_done(history, state=state)
 
     def plan_created(self, plan: Plan) -> None:
         """Say that ``plan`` passed the policy boundary, and store it with the run.

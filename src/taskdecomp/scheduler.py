@@ -202,19 +202,7 @@ async def _run_instruction(step_no: int, step: Step, ctx: RunContext) -> None:
     ctx.events.emit(StepStarted(run_id=ctx.run_id, step_no=step_no, step=step))
     started = ctx.clock()
     result = await ctx.agent(step_no, step)
-    entry = TraceEntry(
-        step_no=step_no,
-        step_id=step.id,
-        tool=step.tool_name,
-        args_hash="",
-        ok=True,
-        seconds=round(ctx.clock() - started, 6),
-    )
-    history = HistoryEntry(step_no=step_no, plan_step=step, observation=result)
-    ctx.history.append(history)
-    ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry, observation=result))
-    if ctx.journal is not None:
-        ctx.journal.step_done(history)
+    ctx.step_finished(step_no, step, result, started=started)
 
 
 async def call_tool(

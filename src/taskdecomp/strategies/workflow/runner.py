@@ -35,11 +35,11 @@ from typing import Any
 
 from taskdecomp import stops
 from taskdecomp.errors import ConfigError
-from taskdecomp.events import StepFinished, StepStarted
+from taskdecomp.events import StepStarted
 from taskdecomp.gateway import LOOP_SCOPE
 from taskdecomp.plan import Plan, Step, TaskId
-from taskdecomp.run import HistoryEntry, TraceEntry
-from taskdecomp.runtime import RunContext
+from taskdecomp.run import HistoryEntry
+from taskdecomp.runtime import RunContext, StoredState
 from taskdecomp.stops import StopRun, with_detail
 from taskdecomp.strategies.base import Outcome
 from taskdecomp.strategies.replan.agent import ExecutorAgent
@@ -414,25 +414,17 @@ class Runner:
             "changed": list(found.paths),
             "out_of_scope": out_of_scope(found, scope),
         }
-        entry = TraceEntry(
-            step_no=run.no,
-            step_id=step.id,
-            tool=step.tool_name,
-            args_hash="",
-            ok=True,
-            seconds=round(ctx.clock() - started, 6),
-        )
-        history = HistoryEntry(step_no=run.no, plan_step=step, observation=observation)
         if conclude is not None:
             conclude(result, found)
-        ctx.history.append(history)
-        ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry, observation=observation))
-        s.end_run(run)
-        self._refresh_plan()
-        state = s.snapshot()
-        if ctx.journal is not None and self.outcome.plan is not None:
-            approvals = ctx.approvals.to_dict()
-            ctx.journal.step_done(history, state=(self.outcome.plan, state, approvals))
+
+        def ended() -> StoredState:
+            s.end_run(run)
+            self._refresh_plan()
+            state = s.snapshot()
+            assert self.outcome.plan is not None  # just refreshed
+            return self.outcome.plan, state, ctx.approvals.to_dict()
+
+        ctx.step_finished(run.no, step, observation, started=started, then=ended)
         return result, found
 
     def _own(self, found: Changes, run: PhaseRun, task: WorkTask | None) -> Changes:
