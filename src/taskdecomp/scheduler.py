@@ -86,7 +86,7 @@ async def _execute_dag(
     skip: frozenset[TaskId],
     started: dict[TaskId, asyncio.Task[None]],
 ) -> None:
-    """Run ready steps concurrently; a heap of step numbers keeps starts in plan order.
+    """Run each step once its prerequisites finished, concurrently, in plan order.
 
     ``started`` steps are running already; each is taken out of it once it is waited for.
     """
@@ -97,40 +97,72 @@ async def _execute_dag(
     for step in todo:
         for dep in set(step.depends_on or ()) - skip:
             dependents[dep].append(step.id)
+
+    def unlocked(step_id: TaskId) -> list[int]:
+        for dependent in dependents[step_id]:
+            blocked[dependent] -= 1
+        return [numbers[d] for d in dependents[step_id] if blocked[d] == 0]
+
+    running = {task: (numbers[step_id], step_id) for step_id, task in started.items()}
+    started.clear()  # from here on, the runner owns them
+    before = len(plan.steps) - len(blocked) - len(running)
     ready = [numbers[step_id] for step_id, count in blocked.items() if count == 0]
+    steps = dict(enumerate(plan.steps, start=1))
+    finished = await _run_bounded(ctx, steps, ready, max_parallel, running, unlocked)
+    if before + finished < len(plan.steps):  # unreachable for a validated plan
+        raise StopRun(stops.invalid_plan("cycle"), message="some steps can never start")
+
+
+Running = dict[asyncio.Task[None], tuple[int, TaskId]]
+"""Steps in flight: each task with its step's number and id."""
+
+
+async def _run_bounded(
+    ctx: RunContext,
+    steps: Mapping[int, Step],
+    ready: list[int],
+    max_parallel: int,
+    running: Running,
+    unlocked: Callable[[TaskId], list[int]] = lambda _: [],
+) -> int:
+    """Run ready steps concurrently, at most ``max_parallel`` at once; how many finished.
+
+    Steps start in the order of their numbers (``ready`` is a heap of them); a step that
+    finishes may make others ready (``unlocked``). The first step that stops the run cancels
+    the others. A step that waits for approval starts nothing more; the running ones end
+    first, then it is raised, so nothing is cut short.
+
+    Raises:
+        StopRun: the first step failure's reason, or the pause for approval.
+    """
     heapq.heapify(ready)
-    running: dict[asyncio.Task[None], TaskId] = {task: step_id for step_id, task in started.items()}
-    started.clear()  # from here on, ``running`` owns them
-    finished = len(plan.steps) - len(blocked) - len(running)
     pause: StopRun | None = None
+    finished = 0
     try:
         while (ready and pause is None) or running:
             while ready and pause is None and len(running) < max_parallel:
                 step_no = heapq.heappop(ready)
-                step = plan.steps[step_no - 1]
+                step = steps[step_no]
                 pause = waits_for_approval(step, ctx)
                 if pause is None:
-                    running[asyncio.create_task(run_step(step_no, step, ctx))] = step.id
+                    running[asyncio.create_task(run_step(step_no, step, ctx))] = (step_no, step.id)
             if not running:
                 break
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in sorted(done, key=lambda t: numbers[running[t]]):
-                step_id = running.pop(task)
+            for task in sorted(done, key=lambda t: running[t][0]):
+                _, step_id = running.pop(task)
                 task.result()  # re-raises the step's StopRun
                 finished += 1
-                for dependent in dependents[step_id]:
-                    blocked[dependent] -= 1
-                    if blocked[dependent] == 0:
-                        heapq.heappush(ready, numbers[dependent])
+                for step_no in unlocked(step_id):
+                    heapq.heappush(ready, step_no)
     finally:
         await _cancel(running)
     if pause is not None:
         raise pause  # the steps that were running have finished; nothing was cut short
-    if finished < len(plan.steps):  # unreachable for a validated plan; never wait forever
-        raise StopRun(stops.invalid_plan("cycle"), message="some steps can never start")
+    return finished
 
 
-async def _cancel(running: dict[asyncio.Task[None], TaskId]) -> None:
+async def _cancel(running: Mapping[asyncio.Task[None], object]) -> None:
     for task in running:
         task.cancel()
     if running:
@@ -161,19 +193,8 @@ async def execute_wave(
     if len(wave) == 1:
         await run_step(numbers[wave[0].id], wave[0], ctx)
         return wave
-    waiting = list(reversed(wave))
-    running: dict[asyncio.Task[None], TaskId] = {}
-    try:
-        while waiting or running:
-            while waiting and len(running) < max_parallel:
-                step = waiting.pop()
-                running[asyncio.create_task(run_step(numbers[step.id], step, ctx))] = step.id
-            finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in sorted(finished, key=lambda t: numbers[running[t]]):
-                running.pop(task)
-                task.result()  # re-raises the step's StopRun
-    finally:
-        await _cancel(running)
+    steps = {numbers[step.id]: step for step in wave}
+    await _run_bounded(ctx, steps, list(steps), max_parallel, {})
     return wave
 
 
