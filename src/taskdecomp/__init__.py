@@ -42,6 +42,7 @@ if typing.TYPE_CHECKING:
     from taskdecomp.budget import Budget, Usage
     from taskdecomp.decomposition import DecompOptions, DecompositionResult
     from taskdecomp.engine import (
+        Environment,
         approve,
         approve_sync,
         reject,
@@ -93,6 +94,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "taskdecomp.budget": ("Budget", "Usage"),
     "taskdecomp.decomposition": ("DecompOptions", "DecompositionResult"),
     "taskdecomp.engine": (
+        "Environment",
         "approve",
         "approve_sync",
         "reject",
@@ -154,6 +156,7 @@ __all__ = [
     "CorruptRecordError",
     "DecompOptions",
     "DecompositionResult",
+    "Environment",
     "Event",
     "EventBus",
     "HistoryEntry",

@@ -26,6 +26,8 @@ from taskdecomp.errors import ConfigError, StoreConfigError, StrictJSONError
 if TYPE_CHECKING:
     import logging
 
+    from taskdecomp.durability import Durability
+    from taskdecomp.engine import Environment
     from taskdecomp.models import Model
     from taskdecomp.settings import Settings
     from taskdecomp.store import SqlStore
@@ -397,6 +399,19 @@ def sqlite_file(url: str) -> Path | None:
     if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
         return None
     return None if database.startswith("file:") else Path(database).expanduser()
+
+
+def environment(
+    settings: Settings, store: SqlStore, durability: Durability | None = None
+) -> Environment:
+    """The engine's environment for one command: its store, lease and durability."""
+    from taskdecomp.engine import Environment
+
+    return Environment(
+        store=store,
+        lease_seconds=settings.lease_seconds,
+        durability=durability or settings.durability,
+    )
 
 
 def build_models(

@@ -12,6 +12,7 @@ from taskdecomp.cli._app import (
     DEBUG_OPTION,
     LOCAL_THREADS_OPTION,
     app,
+    environment,
     load_settings,
     open_run_store,
 )
@@ -46,12 +47,7 @@ def approve_command(run_id: str, plan_file: Path | None, as_json: bool, db: str 
     with open_run_store(settings, db) as store:
         return until_done(
             lambda on_event: approve(
-                run_id,
-                store=store,
-                plan=plan,
-                on_event=on_event,
-                lease_seconds=settings.lease_seconds,
-                durability=settings.durability,
+                run_id, plan=plan, on_event=on_event, env=environment(settings, store)
             ),
             as_json=as_json,
             db=db,
@@ -67,7 +63,7 @@ def reject_command(run_id: str, reason: str, as_json: bool, db: str | None) -> i
     """End RUN_ID, which waits for approval, with stop reason approval_rejected."""
     settings = load_settings()
     with open_run_store(settings, db) as store:
-        result = reject(run_id, store=store, reason=reason, lease_seconds=settings.lease_seconds)
+        result = reject(run_id, reason=reason, env=environment(settings, store))
     return report(result, as_json=as_json)
 
 

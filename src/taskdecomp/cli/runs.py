@@ -166,6 +166,7 @@ def run_command(
     durable.lease_seconds(settings.lease_seconds)  # refused here, before a store is created
     toolset = load_tools(tools)  # before the run: Ctrl-C in a slow import just exits
     with open_run_store(settings, db, create=True, quiet=as_json) as store:
+        env = _app.environment(settings, store, durability)
         return until_done(
             lambda on_event: run(
                 text,
@@ -175,11 +176,9 @@ def run_command(
                 allow=allowed,
                 budget=budget,
                 on_event=on_event,
-                store=store,
                 strategy=strategy,
                 options=options,
-                lease_seconds=settings.lease_seconds,
-                durability=durability or settings.durability,
+                env=env,
                 stream_plan=settings.stream_plan if stream_plan is None else stream_plan,
             ),
             as_json=as_json,
@@ -379,15 +378,13 @@ def resume_command(
         return until_done(
             lambda on_event: resume(
                 run_id,
-                store=store,
                 tools=toolset,
                 model=planner,
                 combiner_model=combiner,
                 allow=names(allow),
                 budget=budget,
                 on_event=on_event,
-                lease_seconds=settings.lease_seconds,
-                durability=durability or settings.durability,
+                env=_app.environment(settings, store, durability),
             ),
             as_json=as_json,
             db=db,

@@ -98,10 +98,10 @@ def serve_command(
     if executor == "queue":
         with needs_extra("serve --executor queue", "scale", "dbos"):
             import dbos  # noqa: F401  # the queue: say so before the server starts
+    import dataclasses
+
     config = _config(host, toolsets, models, decomp_model, chat_model, cors_origins, db)
     if base_url:
-        import dataclasses
-
         from taskdecomp.models import Connection
 
         config = dataclasses.replace(config, connection=Connection(base_url=base_url))

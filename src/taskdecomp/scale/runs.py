@@ -17,7 +17,7 @@ import logging
 
 from taskdecomp import durable, owners, runconfig, stops
 from taskdecomp.durable import Durability
-from taskdecomp.engine import continue_run
+from taskdecomp.engine import Environment, continue_run
 from taskdecomp.errors import RunLeasedError, RunNotFoundError, StoreError
 from taskdecomp.models import ScriptedModel
 from taskdecomp.run import RunId
@@ -44,6 +44,13 @@ class Execution:
     max_recoveries: int = 3
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     durability: Durability = durable.DEFAULT_DURABILITY
+
+    @property
+    def env(self) -> Environment:
+        """The engine's environment of this worker's runs."""
+        return Environment(
+            store=self.store, lease_seconds=self.lease_seconds, durability=self.durability
+        )
 
 
 async def execute(run_id: RunId, how: Execution) -> str:
@@ -107,14 +114,12 @@ async def _run(run_id: RunId, lease: Lease, first_started_at: float | None, how:
     work = asyncio.create_task(
         continue_run(
             run_id,
-            store=store,
             prepare=_as_is,
             tools=toolset,
             model=model,
             budget=dataclasses.replace(budget, max_seconds=left),
             lease=lease,
-            lease_seconds=how.lease_seconds,
-            durability=how.durability,
+            env=how.env,
         )
     )
     watcher = asyncio.create_task(_watch_cancel(store, run_id, work))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from taskdecomp.budget import Budget
-from taskdecomp.engine import approve, reject, resume, run
+from taskdecomp.engine import Environment, approve, reject, resume, run
 from taskdecomp.errors import ConfigError
 from taskdecomp.events import Event, Subscriber
 from taskdecomp.models import Model, resolve_model
@@ -71,6 +71,10 @@ class RunService:
     def __init__(self, config: ServerConfig, store: SqlStore, toolsets: Mapping[str, Toolset]):
         self.config = config
         self.store = store
+        self.env = Environment(
+            store=store, lease_seconds=config.lease_seconds, durability=config.durability
+        )
+        """The engine's environment of every run this server starts or continues."""
         self.toolsets = dict(toolsets)
         self.models = {canonical_model(spec): spec for spec in config.models}
         """Canonical model name -> the operator's model string."""
@@ -134,11 +138,9 @@ class RunService:
                 budget=budget,
                 on_event=on_event,
                 run_id=run_id,
-                store=self.store,
                 strategy=body.strategy,
                 options=options,
-                lease_seconds=self.config.lease_seconds,
-                durability=self.config.durability,
+                env=self.env,
             ),
         )
         return run_id
@@ -221,12 +223,10 @@ class RunService:
             stored.run_id,
             lambda on_event: action(
                 stored.run_id,
-                store=self.store,
                 tools=toolset,
                 model=self._resolved(model),
                 on_event=on_event,
-                lease_seconds=self.config.lease_seconds,
-                durability=self.config.durability,
+                env=self.env,
                 **extra,
             ),
         )
@@ -238,9 +238,7 @@ class RunService:
             ConfigError: the run is not waiting for approval (409).
         """
         await self._idle(run_id)
-        return reject(
-            run_id, store=self.store, reason=reason, lease_seconds=self.config.lease_seconds
-        )
+        return reject(run_id, reason=reason, env=self.env)
 
     async def cancel(self, run_id: str) -> None:
         """Cancel a run; it stores itself as ``cancelled`` (resumable).

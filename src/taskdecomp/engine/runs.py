@@ -1,40 +1,21 @@
-"""The engine: every run starts, continues and is decided here, whatever its strategy.
-
-- :func:`run` starts a run of a goal with a registered strategy
-  (:mod:`taskdecomp.strategies.registry`);
-- :func:`resume` continues a stored run that crashed, was killed, or stopped on its
-  deadline or a cancel; :func:`approve` continues one that waits for a human, and
-  :func:`reject` ends it;
-- :func:`continue_run` is what the last two (and a queue worker) share: take the run's
-  lease, rebuild its strategy from the store, and go on in a new segment.
-
-An approval may come much later, from another process: everything needed is in the store.
-An edited plan passes the policy boundary (its strategy's ``edit_plan``) before it replaces
-the pending one; when it does not, nothing changes and the run stays paused.
-
-Each has a blocking form for code without an event loop (``run_sync``, ``resume_sync``,
-``approve_sync``) or an async one (``reject_async``). The command line, the service, the
-chat agent and the queue workers call only these.
-"""
+"""Starting and continuing runs: :func:`run`, :func:`resume`, :func:`continue_run`."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from taskdecomp import durable, owners, runconfig, stops
-from taskdecomp.approvals import ApprovalRequest
+from taskdecomp import durable, owners, runconfig
 from taskdecomp.budget import Budget
-from taskdecomp.durable import DEFAULT_DURABILITY, Durability
+from taskdecomp.durable import Durability
+from taskdecomp.engine.environment import Environment
 from taskdecomp.errors import ConfigError
-from taskdecomp.events import ApprovalDecided, RunStarted, RunStopped, Subscriber
+from taskdecomp.events import RunStarted, Subscriber
 from taskdecomp.models import Model, ScriptedModel, resolve_model
-from taskdecomp.plan import Plan
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext, run_blocking
-from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Lease, Store, StoredRun
+from taskdecomp.store.base import Lease, Store, StoredRun
 from taskdecomp.strategies import registry
 from taskdecomp.strategies.base import (
     Outcome,
@@ -67,9 +48,10 @@ async def run(
     strategy: str = "plan_execute",
     options: Any = None,
     replan: ReplanOptions | None = None,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    durability: Durability = DEFAULT_DURABILITY,
+    lease_seconds: float | None = None,
+    durability: Durability | None = None,
     stream_plan: bool | None = None,
+    env: Environment | None = None,
 ) -> RunResult:
     """Run ``goal`` with ``strategy``; always returns a result, never raises for a run failure.
 
@@ -102,6 +84,8 @@ async def run(
         stream_plan: start ``read_only`` steps while the planner still writes the plan
             (:mod:`taskdecomp.streaming`); default: when the model streams (``openai``,
             ``local``, a scripted model with ``stream_ms``). ``plan_execute`` only.
+        env: the store, lease, durability, clock and subscribers, built once at the
+            edge (:class:`~taskdecomp.environment.Environment`); a keyword above wins.
 
     Raises:
         ConfigError: the goal is empty, the toolset or a model string cannot be loaded, or
@@ -109,19 +93,23 @@ async def run(
         StoreError: the store cannot be written; the run is then left to :func:`resume`.
     """
     _check_goal(goal)
-    durable.durability(durability)
+    e = (env or Environment()).given(
+        store=store, lease_seconds=lease_seconds, durability=durability, clock=clock
+    )
+    durable.durability(e.durability)
     chosen = _goal_strategy(strategy)
     settings = options_for(chosen, options if options is not None else replan)
     toolset = as_toolset(tools)
     budget = budget or Budget()
     ctx = build_context(
-        goal, toolset, resolve_model(model), allow, budget, on_event, run_id or new_run_id()
-    )
-    if clock is not None:
-        ctx.clock = clock
+        goal, toolset, resolve_model(model), allow, budget, e.on_event(on_event),
+        run_id or new_run_id(),
+    )  # fmt: skip
+    if e.clock is not None:
+        ctx.clock = e.clock
     combiner = resolve_model(combiner_model) if combiner_model is not None else None
     started = ctx.clock()
-    if store is not None:
+    if (store := e.store) is not None:
         new = runconfig.new_run(
             ctx.run_id,
             goal,
@@ -133,10 +121,10 @@ async def run(
             strategy=chosen.name,
             options=chosen.encode(settings),
         )
-        ttl = durable.lease_seconds(lease_seconds)
-        with store.batch(durable=durability == "sync"):  # async: the first barrier syncs it
+        ttl = durable.lease_seconds(e.lease_seconds)
+        with store.batch(durable=e.durability == "sync"):  # async: the first barrier syncs it
             lease = store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
-        attach_journal(ctx, store, lease, segment=1, started=started, durability=durability)
+        attach_journal(ctx, store, lease, segment=1, started=started, durability=e.durability)
     setup = Setup(budget=budget, combiner=combiner, stream_plan=stream_plan)
     phases = chosen.start(setup, settings)
     async with durable.leased(ctx.journal):
@@ -171,7 +159,7 @@ def _goal_strategy(name: str) -> Strategy:
 async def resume(
     run_id: str,
     *,
-    store: Store,
+    store: Store | None = None,
     tools: ToolsArg | None = None,
     model: Model | str | None = None,
     allow: Iterable[str] | None = None,
@@ -179,8 +167,9 @@ async def resume(
     combiner_model: Model | str | None = None,
     on_event: Subscriber | None = None,
     clock: Clock | None = None,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    durability: Durability = DEFAULT_DURABILITY,
+    lease_seconds: float | None = None,
+    durability: Durability | None = None,
+    env: Environment | None = None,
 ) -> RunResult:
     """Continue a stored run that crashed, was killed, or stopped on ``max_seconds``.
 
@@ -217,6 +206,8 @@ async def resume(
         clock: monotonic clock, for tests.
         lease_seconds: this process's lease on the run (see :func:`run`).
         durability: how the resumed segment's checkpoints reach the disk (see :func:`run`).
+        env: the store, lease, durability, clock and subscribers, built once at the
+            edge (:class:`~taskdecomp.environment.Environment`); a keyword above wins.
 
     Raises:
         RunNotFoundError: no run has this id.
@@ -227,12 +218,14 @@ async def resume(
             the run waits for approval.
         StoreError: the store cannot be read or written.
     """
-    stored = _resumable(store.load_run(RunId(run_id)))
+    e = (env or Environment()).given(
+        store=store, lease_seconds=lease_seconds, durability=durability, clock=clock
+    )
+    stored = _resumable(e.needs_store("resume").load_run(RunId(run_id)))
     if isinstance(stored, RunResult):
         return stored
     return await continue_run(
         run_id,
-        store=store,
         prepare=_resumable,
         tools=tools,
         model=model,
@@ -240,9 +233,7 @@ async def resume(
         budget=budget,
         combiner_model=combiner_model,
         on_event=on_event,
-        clock=clock,
-        lease_seconds=lease_seconds,
-        durability=durability,
+        env=e,
     )
 
 
@@ -268,7 +259,7 @@ Prepare = Callable[[StoredRun], "StoredRun | RunResult"]
 async def continue_run(
     run_id: str,
     *,
-    store: Store,
+    store: Store | None = None,
     prepare: Prepare,
     tools: ToolsArg | None = None,
     model: Model | str | None = None,
@@ -277,11 +268,12 @@ async def continue_run(
     combiner_model: Model | str | None = None,
     on_event: Subscriber | None = None,
     clock: Clock | None = None,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    lease_seconds: float | None = None,
     before: Callable[[RunContext], None] | None = None,
-    durability: Durability = DEFAULT_DURABILITY,
+    durability: Durability | None = None,
     lease: Lease | None = None,
     phases: Phases | None = None,
+    env: Environment | None = None,
 ) -> RunResult:
     """Take run ``run_id``'s lease and continue it in a new segment.
 
@@ -296,9 +288,13 @@ async def continue_run(
         RunLeasedError: another process owns the run.
         ConfigError: ``prepare`` refused the run, or a toolset or model cannot load.
     """
-    durable.durability(durability)
+    e = (env or Environment()).given(
+        store=store, lease_seconds=lease_seconds, durability=durability, clock=clock
+    )
+    durable.durability(e.durability)
+    store = e.needs_store("continue_run")
     if lease is None:
-        lease, stored = durable.take_over(store, RunId(run_id), seconds=lease_seconds)
+        lease, stored = durable.take_over(store, RunId(run_id), seconds=e.lease_seconds)
     else:
         stored = durable.load_leased(store, lease)
     try:
@@ -332,13 +328,15 @@ async def continue_run(
     if allow is None and (stored.config.get("queue") or {}).get("allow_all"):
         allowed = None  # submitted without --allow: every tool of the toolset
     goal = stored.summary.goal
-    ctx = build_context(goal, toolset, planner, allowed, budget, on_event, stored.run_id)
-    if clock is not None:
-        ctx.clock = clock
+    ctx = build_context(
+        goal, toolset, planner, allowed, budget, e.on_event(on_event), stored.run_id
+    )
+    if e.clock is not None:
+        ctx.clock = e.clock
     restore(ctx, stored)
     started = ctx.clock() - stored.usage.seconds
     journal = attach_journal(
-        ctx, store, lease, segment=stored.segments + 1, started=started, durability=durability
+        ctx, store, lease, segment=stored.segments + 1, started=started, durability=e.durability
     )
     async with durable.leased(journal):
         journal.reopened()
@@ -381,203 +379,18 @@ def run_sync(goal: str, **kwargs: Any) -> RunResult:
     raise RuntimeError("run_sync() cannot run inside an event loop; use `await run(...)`")
 
 
-# -- deciding a paused run ------------------------------------------------------------
-
-
-async def approve(
-    run_id: str,
-    *,
-    store: Store,
-    plan: Any = None,
-    tools: ToolsArg | None = None,
-    model: Model | str | None = None,
-    combiner_model: Model | str | None = None,
-    on_event: Subscriber | None = None,
-    clock: Clock | None = None,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    durability: Durability = DEFAULT_DURABILITY,
-) -> RunResult:
-    """Approve what run ``run_id`` waits for, and continue the run.
-
-    The run is taken under its lease first, so two approvals (or an approval and a
-    rejection) of one run cannot both act.
-
-    Args:
-        run_id: a paused run.
-        store: where it is stored.
-        plan: an edited plan to run instead of the pending one (``{"kind": "plan",
-            "steps": [...]}`` or the list of steps); it must pass the policy boundary.
-        tools: the toolset; default: the one stored with the run.
-        model: the planner model; default: the one stored with the run.
-        combiner_model: the combine call's model; default: the stored one.
-        on_event: receives every event of the continued run.
-        clock: monotonic clock, for tests.
-        lease_seconds: this process's lease on the run.
-        durability: how the continued run's checkpoints reach the disk (the approval
-            itself is on disk before anything runs).
-
-    Raises:
-        RunNotFoundError: no run has this id.
-        RunLeasedError: another process holds the run.
-        ConfigError: the run is not waiting for approval, or the edited plan is refused
-            (the message says which rule it breaks); nothing was written.
-    """
-    _pending(_paused(store.load_run(RunId(run_id))))  # refuse early, before taking the lease
-    decision = _Decision(plan)
-    return await continue_run(
-        run_id,
-        store=store,
-        prepare=decision.prepare,
-        tools=tools,
-        model=model,
-        combiner_model=combiner_model,
-        on_event=on_event,
-        clock=clock,
-        lease_seconds=lease_seconds,
-        before=decision.record,
-        durability=durability,
-    )
-
-
-class _Decision:
-    """An approval: checked against the run as read under its lease, then recorded."""
-
-    def __init__(self, plan: Any) -> None:
-        self._plan = plan
-        self._stored: StoredRun | None = None
-        self._pending: ApprovalRequest | None = None
-        self._edited: Plan | None = None
-
-    def prepare(self, stored: StoredRun) -> StoredRun:
-        """The run to continue: paused, with the edited plan (if any) in place.
-
-        Raises:
-            ConfigError: the run is not waiting for approval, or the edit is refused.
-        """
-        self._pending = _pending(_paused(stored))
-        if self._plan is not None:
-            stored, self._edited = _edited(stored, self._pending, self._plan)
-        self._stored = stored
-        return stored
-
-    def record(self, ctx: RunContext) -> None:
-        """Grant the approval and store it (with an edited plan) before anything runs."""
-        assert self._pending is not None and self._stored is not None  # prepare() ran
-        pending, stored, edited = self._pending, self._stored, self._edited
-        ctx.approvals.grant(pending.digest)
-        if edited is not None:
-            ctx.approvals.grant(ApprovalRequest.for_plan(edited).digest)
-        ctx.events.emit(
-            ApprovalDecided(
-                run_id=ctx.run_id, digest=pending.digest, approved=True, edited=edited is not None
-            )
-        )
-        if ctx.journal is not None and stored.plan is not None:
-            approvals = ctx.approvals.to_dict()
-            ctx.journal.state_saved(stored.plan, stored.state, approvals=approvals)
-            ctx.journal.flush()  # the approval holds even if this process dies next
-
-
-def reject(
-    run_id: str, *, store: Store, reason: str, lease_seconds: float = DEFAULT_LEASE_SECONDS
-) -> RunResult:
-    """End paused run ``run_id`` with ``approval_rejected``; ``reason`` becomes its message.
-
-    Raises:
-        RunNotFoundError: no run has this id.
-        RunLeasedError: another process holds the run.
-        ConfigError: the run is not waiting for approval, or ``reason`` is empty.
-    """
-    if not reason.strip():
-        raise ConfigError("a rejection needs a reason: --reason TEXT")
-    _pending(_paused(store.load_run(RunId(run_id))))
-    lease, stored = durable.take_over(store, RunId(run_id), seconds=lease_seconds)
-    try:
-        pending = _pending(_paused(stored))
-    except BaseException:
-        store.release_lease(lease)
-        raise
-    result = stored.ended(stops.APPROVAL_REJECTED, f"rejected: {reason.strip()}")
-    journal = durable.Journal(store, lease, segment=stored.segments, usage=lambda: result.usage)
-    journal(
-        ApprovalDecided(run_id=stored.run_id, digest=pending.digest, approved=False, reason=reason)
-    )
-    journal(RunStopped(run_id=stored.run_id, result=result))
-    approvals = {"approved": list(stored.approvals.get("approved", [])), "pending": None}
-    return journal.finished(result, approvals=approvals)
-
-
-def _paused(stored: StoredRun) -> StoredRun:
-    run_id = stored.run_id
-    if stored.summary.status != "paused":
-        summary = stored.summary
-        raise ConfigError(
-            f"run {run_id!r} is not waiting for approval (status {summary.status}, stop reason "
-            f"{summary.stop_reason or '-'}); nothing to approve or reject"
-        )
-    return stored
-
-
-def _pending(stored: StoredRun) -> ApprovalRequest:
-    raw = stored.approvals.get("pending")
-    if not isinstance(raw, dict) or raw.get("kind") not in ("plan", "tool"):
-        raise ConfigError(
-            f"run {stored.run_id!r} is paused but its pending approval is not stored; "
-            "reject it, or resume it from a copy of the store"
-        )
-    return ApprovalRequest(kind=raw["kind"], digest=str(raw["digest"]), subject=raw["subject"])
-
-
-def _edited(stored: StoredRun, pending: ApprovalRequest, plan: Any) -> tuple[StoredRun, Plan]:
-    """``stored`` with ``plan`` in place of its pending plan, if its strategy revises plans.
-
-    Raises:
-        ConfigError: the run waits for a tool call, its strategy has no plan to edit, or the
-            edited plan is refused.
-    """
-    config = runconfig.stored_config(stored)
-    chosen = registry.strategy(config.strategy)
-    edit = getattr(chosen, "edit_plan", None)
-    if pending.kind != "plan" or edit is None:
-        takers = [n for n in registry.STRATEGIES.names() if _edits(registry.strategy(n))]
-        raise ConfigError(
-            f"run {stored.run_id!r} waits for a {pending.kind} approval; an edited plan "
-            f"replaces a pending plan of the {' or '.join(takers)} strategy only"
-        )
-    edited: tuple[StoredRun, Plan] = edit(stored, config, plan)
-    return edited
-
-
-def _edits(strategy: object) -> bool:
-    return getattr(strategy, "edit_plan", None) is not None
-
-
-def approve_sync(run_id: str, **kwargs: Any) -> RunResult:
-    """Blocking :func:`approve` (see :func:`run_sync`).
-
-    Raises:
-        RuntimeError: when called from inside a running event loop (use ``await approve(...)``).
-    """
-    _no_loop("approve_sync", "approve")
-    return run_blocking(approve(run_id, **kwargs))
-
-
-async def reject_async(run_id: str, **kwargs: Any) -> RunResult:
-    """:func:`reject` for async code: the store's writes run in a worker thread."""
-    return await asyncio.to_thread(functools.partial(reject, run_id, **kwargs))
-
-
 def resume_sync(run_id: str, **kwargs: Any) -> RunResult:
     """Blocking :func:`resume` (see :func:`run_sync`).
 
     Raises:
         RuntimeError: when called from inside a running event loop (use ``await resume(...)``).
     """
-    _no_loop("resume_sync", "resume")
+    no_loop("resume_sync", "resume")
     return run_blocking(resume(run_id, **kwargs))
 
 
-def _no_loop(name: str, instead: str) -> None:
+def no_loop(name: str, instead: str) -> None:
+    """Refuse a blocking form inside a running event loop (``instead``: the async one)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
