@@ -430,7 +430,10 @@ def build_models(
 
     specs = [planner] if combiner is None else [planner, combiner]
     if base_url and not any(connects(spec.partition(":")[0]) for spec in specs):
-        servers = [name for name in PROVIDERS.names() if connects(name)]
+        servers = sorted(  # the built-ins first, then a plugin's
+            (name for name in PROVIDERS.names() if connects(name)),
+            key=lambda name: (name not in PROVIDERS.builtins, name),
+        )
         raise ConfigError(
             f"--base-url applies to models of a provider that connects to a server "
             f"({', '.join(servers)}), not {planner!r}; use --model {servers[0]}:MODEL with it"
