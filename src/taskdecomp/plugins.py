@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from importlib.metadata import entry_points
 from typing import Generic, TypeVar, cast
 
 from taskdecomp.errors import ConfigError
@@ -95,6 +94,8 @@ class Registry(Generic[T]):
         if self._scanned:
             return
         self._scanned = True
+        from importlib.metadata import entry_points  # 20 ms: only once a name is not built in
+
         for entry in entry_points(group=self.group):
             if entry.name not in self._loaded:
                 self._refs.setdefault(entry.name, entry.value)

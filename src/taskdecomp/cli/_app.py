@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from taskdecomp._version import __version__
 from taskdecomp.durability import DURABILITIES
 from taskdecomp.errors import ConfigError, StoreConfigError, StrictJSONError
 
@@ -159,7 +160,7 @@ class _Group(click.Group):
     lazy=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-@click.version_option(package_name="taskdecomp")
+@click.version_option(__version__, prog_name="taskdecomp")
 def app() -> None:
     """Controllable task-decomposition agents: plan, validate, execute, combine."""
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from taskdecomp import stops
-from taskdecomp.cli import _app, views
+from taskdecomp.cli import _app
 from taskdecomp.cli._app import (
     DB_OPTION,
     DEBUG_OPTION,
@@ -32,15 +32,13 @@ from taskdecomp.cli._app import (
     open_run_store,
     read_goal,
 )
-from taskdecomp.cli.display import Activity, console, literal
 from taskdecomp.cli.strategies import OPTION_OPTION, STRATEGY_OPTION, strategy_options
 from taskdecomp.durability import Durability
-from taskdecomp.events import Event, RunStopped, Subscriber
-from taskdecomp.models import Model
-from taskdecomp.prompts import check_directory
-from taskdecomp.run import RunId, RunResult
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its usage error
+    from taskdecomp.events import Event, Subscriber
+    from taskdecomp.models import Model
+    from taskdecomp.run import RunResult
     from taskdecomp.store import RunSummary, StoredRun
 
 
@@ -136,6 +134,7 @@ def run_command(
     text = read_goal(goal, goal_file)
     assert text is not None  # read_goal requires one
     if prompts is not None:
+        from taskdecomp.prompts import check_directory
         from taskdecomp.strategies.replan import PROMPT_NAMES
 
         check_directory(prompts, PROMPT_NAMES)
@@ -197,6 +196,8 @@ def until_done(
 
     Without ``as_json``, stderr shows what the run does while it works (:class:`Activity`).
     """
+    from taskdecomp.cli.display import Activity, console
+    from taskdecomp.events import RunStopped
     from taskdecomp.runtime import run_blocking
 
     ended: list[RunResult] = []
@@ -223,6 +224,8 @@ def until_done(
 
 
 def _stopped_by_ctrl_c(result: RunResult, db: str | None) -> None:
+    from taskdecomp.cli.display import console, literal
+
     if result.stop_reason != stops.CANCELLED:
         return
     console(stderr=True).print(
@@ -244,6 +247,8 @@ APPROVE_PLAN_HINT = (
 
 def _stopped_at_deadline(result: RunResult, db: str | None) -> None:
     """Say that a run out of time keeps what it did, and how to give it more."""
+    from taskdecomp.cli.display import console, literal
+
     if result.stop_reason != stops.MAX_SECONDS:
         return
     console(stderr=True).print(
@@ -267,6 +272,9 @@ def report(
 
     ``show``, when given, prints the result instead of the usual summary.
     """
+    from taskdecomp.cli import views
+    from taskdecomp.cli.display import console
+
     if as_json:
         echo_json(result.to_dict())
     elif show is not None:
@@ -290,6 +298,9 @@ def report(
 @DB_OPTION
 def runs_command(limit: int, as_json: bool, db: str | None) -> int:
     """List stored runs: id, status, stop reason, start time, duration and goal."""
+    from taskdecomp.cli import views
+    from taskdecomp.cli.display import console
+
     with open_run_store(load_settings(), db) as store:
         summaries = store.list_runs(limit=limit or None)
     if as_json:
@@ -305,6 +316,10 @@ def runs_command(limit: int, as_json: bool, db: str | None) -> int:
 @DB_OPTION
 def show_command(run_id: str, as_json: bool, db: str | None) -> int:
     """Print a stored run: its plan, trace and history."""
+    from taskdecomp.cli import views
+    from taskdecomp.cli.display import console
+    from taskdecomp.run import RunId
+
     with open_run_store(load_settings(), db) as store:
         stored = store.load_run(RunId(run_id))
     if as_json:
@@ -353,7 +368,9 @@ def resume_command(
     approval), 130 on Ctrl-C.
     """
     from taskdecomp import runconfig
+    from taskdecomp.cli.display import console, literal
     from taskdecomp.engine import resume
+    from taskdecomp.run import RunId
 
     settings = load_settings()
     with open_run_store(settings, db) as store:
