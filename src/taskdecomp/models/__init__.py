@@ -26,7 +26,8 @@ from taskdecomp.plugins import Registry
 
 if TYPE_CHECKING:
     from taskdecomp.models.local import LocalModel
-    from taskdecomp.models.openai import OpenAIModel, RetryPolicy
+    from taskdecomp.models.openai import OpenAIModel
+    from taskdecomp.models.retry import RetryPolicy
     from taskdecomp.models.scripted import ScriptedModel
 
 __all__ = [
@@ -51,7 +52,7 @@ __all__ = [
 _LAZY = {
     "LocalModel": "taskdecomp.models.local",
     "OpenAIModel": "taskdecomp.models.openai",
-    "RetryPolicy": "taskdecomp.models.openai",
+    "RetryPolicy": "taskdecomp.models.retry",
     "ScriptedModel": "taskdecomp.models.scripted",
 }
 """Names imported on first use: their modules need pydantic and the settings."""

@@ -27,50 +27,43 @@ What a call does:
   body is not a chat completion: HTML, cut-off JSON) or ``http_<status>``, and a message
   that says how to fix it. The API key never appears in a message.
 - **Usage.** Tokens come from the response's ``usage`` (estimated when a server omits it);
-  cost from :data:`PRICES_PER_MTOK` on OpenAI's own endpoint, 0 elsewhere.
+  cost from :mod:`taskdecomp.models.prices` on OpenAI's own endpoint, 0 elsewhere.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-import random
-import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
 from taskdecomp.errors import ConfigError, ModelError, ModelTimeoutError
+from taskdecomp.models import prices
 from taskdecomp.models.base import ModelRequest, ModelResponse, estimate_tokens
 from taskdecomp.models.connection import Connection
+from taskdecomp.models.http_errors import (
+    BAD_REQUEST_STATUS,
+    Endpoint,
+    Failure,
+    connection_error,
+    retryable,
+    status_error,
+)
+from taskdecomp.models.retry import Retry, retry_after, with_retries
+from taskdecomp.models.retry import RetryPolicy as RetryPolicy
 from taskdecomp.models.schemas import is_strict_compatible
 from taskdecomp.settings import OpenAISettings, load_openai_settings
 
 if TYPE_CHECKING:
     import openai
 
-PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
-    "gpt-4.1": (2.00, 8.00),
-    "gpt-4.1-mini": (0.40, 1.60),
-    "gpt-4.1-nano": (0.10, 0.40),
-    "gpt-4o": (2.50, 10.00),
-    "gpt-4o-mini": (0.15, 0.60),
-    "gpt-5": (1.25, 10.00),
-    "gpt-5-mini": (0.25, 2.00),
-    "gpt-5-nano": (0.05, 0.40),
-    "o3": (2.00, 8.00),
-    "o3-mini": (1.10, 4.40),
-    "o4-mini": (1.10, 4.40),
-}
-"""USD per million input and output tokens, by model; dated snapshots match their base."""
-
 OPENAI_HOSTS = ("api.openai.com",)
-"""Endpoints that bill at :data:`PRICES_PER_MTOK`; every other server costs 0."""
+"""Endpoints that bill at list price (:mod:`taskdecomp.models.prices`); every other costs 0."""
 
-_RETRY_STATUS = frozenset({408, 409, 429})
-_FALLBACK_STATUS = frozenset({400, 422})
+_FALLBACK_STATUS = BAD_REQUEST_STATUS
 
 StructuredOutput = Literal["json_schema", "json_object+schema", "json_object"]
 """The ``response_format`` forms tried, in order, for a request with a JSON schema."""
@@ -79,45 +72,11 @@ _FORMAT_WORDS = ("response_format", "json_schema")
 """Words in a 5xx body that make it a refusal of the structured-output form."""
 _WORKING_FORMATS: dict[tuple[str, str], StructuredOutput] = {}
 """The form each server (base URL, model) last answered a schema request in, this process."""
-_MAX_RETRY_AFTER = 20.0
-_SNAPSHOT = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 
 
 def price_usd(model: str, tokens_in: int, tokens_out: int) -> float:
-    """What ``tokens_in`` + ``tokens_out`` cost on OpenAI; 0 for a model not in the table.
-
-    A dated snapshot (``gpt-4.1-mini-2025-04-14``) is priced as its model.
-    """
-    prices = PRICES_PER_MTOK.get(_SNAPSHOT.sub("", model))
-    if prices is None:
-        return 0.0
-    price_in, price_out = prices
-    return (tokens_in * price_in + tokens_out * price_out) / 1_000_000
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RetryPolicy:
-    """How failed attempts are repeated."""
-
-    attempts: int = 4
-    """Most attempts per call, the first included."""
-    backoff_seconds: float = 0.5
-    """Wait before the second attempt; it doubles each time, with jitter."""
-    max_backoff_seconds: float = 8.0
-    """Longest wait between two attempts (``Retry-After`` included)."""
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"attempts must be at least 1, got {self.attempts!r}")
-        if self.backoff_seconds < 0 or self.max_backoff_seconds < 0:
-            raise ValueError("backoff_seconds and max_backoff_seconds must be >= 0")
-
-    def delay(self, attempt: int, retry_after: float | None = None) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        if retry_after is not None:
-            return min(retry_after, self.max_backoff_seconds, _MAX_RETRY_AFTER)
-        base = min(self.backoff_seconds * 2.0 ** (attempt - 1), self.max_backoff_seconds)
-        return base * (0.5 + random.random() / 2)  # jitter spreads retries of parallel calls
+    """What ``tokens_in`` + ``tokens_out`` cost on OpenAI; 0 for a model not in the table."""
+    return prices.price_usd("openai", model, tokens_in, tokens_out)
 
 
 class _Message(BaseModel):
@@ -174,19 +133,6 @@ def openai_model(
         timeout=connection.timeout or settings.timeout_seconds,
         headers=connection.headers,
     )
-
-
-class _Retry(Exception):
-    """Internal: this attempt failed in a way worth repeating."""
-
-    def __init__(
-        self, error: ModelError, retry_after: float | None, form: StructuredOutput
-    ) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.retry_after = retry_after
-        self.form = form
-        """The structured-output form the failed attempt sent; the next one starts there."""
 
 
 class OpenAIModel:
@@ -295,15 +241,12 @@ class OpenAIModel:
             default_headers=self._headers or None,
             max_retries=0,
         ) as client:
-            attempt, form = 1, self.structured_output
-            while True:
-                try:
-                    return await self._attempt(client, request, form)
-                except _Retry as retry:
-                    if attempt >= self._retry.attempts:
-                        raise retry.error from None
-                    await self._sleep(self._retry.delay(attempt, retry.retry_after))
-                    attempt, form = attempt + 1, retry.form
+            return await with_retries(
+                functools.partial(self._attempt, client, request),
+                self.structured_output,
+                self._retry,
+                self._sleep,
+            )
 
     async def _attempt(
         self, client: openai.AsyncOpenAI, request: ModelRequest, form: StructuredOutput
@@ -325,15 +268,15 @@ class OpenAIModel:
                 "OPENAI_TIMEOUT_SECONDS or pick a faster model"
             ) from None
         except openai.APIConnectionError as exc:
-            raise _Retry(self._connection_error(exc), None, form) from None
+            raise Retry(self._connection_error(exc), None, form) from None
         except openai.APIStatusError as exc:
             if request.json_schema is not None and _refuses_format(exc):
                 if form != _FORMATS[-1]:  # this server does not take the form: try the next
                     return await self._attempt(client, request, _next_format(form))
                 raise self._format_error(exc) from None
             error = self._status_error(exc)
-            if _retryable(exc):
-                raise _Retry(error, _retry_after(exc), form) from None
+            if retryable(_failure(exc, self._scrub)):
+                raise Retry(error, retry_after(exc.response.headers), form) from None
             raise error from None
         if request.json_schema is not None:
             _WORKING_FORMATS[self._server] = form
@@ -447,54 +390,23 @@ class OpenAIModel:
             "--base-url / OPENAI_BASE_URL is the server's OpenAI API (it usually ends in /v1)",
         )
 
+    def _endpoint(self) -> Endpoint:
+        return Endpoint(
+            model=self.name,
+            name=self._model,
+            where=self._base_url or "OpenAI",
+            key_hint="set a valid OPENAI_API_KEY",
+            model_hint="pick another with --model or OPENAI_MODEL",
+        )
+
     def _connection_error(self, exc: openai.APIConnectionError) -> ModelError:
-        where = self._base_url or "OpenAI"
-        return ModelError(
-            "connection",
-            f"{self.name}: cannot reach {where!r} ({_cause(exc)}); check that the server is "
-            "running and that --base-url / OPENAI_BASE_URL is right",
+        return connection_error(
+            self._endpoint(), _cause(exc), url_hint="--base-url / OPENAI_BASE_URL"
         )
 
     def _status_error(self, exc: openai.APIStatusError) -> ModelError:
-        status = exc.status_code
-        detail = self._scrub(_server_message(exc))
-        where = self._base_url or "OpenAI"
-        if status == 401:
-            return ModelError(
-                "auth",
-                f"{self.name}: {where!r} refused the API key (401); set a valid OPENAI_API_KEY",
-            )
-        if status == 403:
-            return ModelError(
-                "permission",
-                f"{self.name}: the API key may not use this model (403): {detail}; "
-                "check the key's project and model access",
-            )
-        if status == 404:
-            return ModelError(
-                "not_found",
-                f"{self.name}: {where!r} does not know model {self._model!r} (404): {detail}; "
-                "pick another with --model or OPENAI_MODEL",
-            )
-        if status == 429 and _error_code(exc) == "insufficient_quota":
-            return ModelError("quota", f"{self.name}: the account is out of quota (429): {detail}")
-        if status == 429:
-            return ModelError(
-                "rate_limit",
-                f"{self.name}: still rate limited after {self._retry.attempts} attempts; "
-                "try again later or lower max_parallel",
-            )
-        if status >= 500:
-            return ModelError(
-                "server",
-                f"{self.name}: {where!r} failed with {status} after {self._retry.attempts} "
-                f"attempts: {detail}",
-            )
-        if status in _FALLBACK_STATUS:
-            return ModelError(
-                "bad_request", f"{self.name}: the server refused the request ({status}): {detail}"
-            )
-        return ModelError(f"http_{status}", f"{self.name}: HTTP {status}: {detail}")
+        failure = _failure(exc, self._scrub)
+        return status_error(self._endpoint(), failure, attempts=self._retry.attempts)
 
     def _format_error(self, exc: openai.APIStatusError) -> ModelError:
         if exc.status_code in _FALLBACK_STATUS:
@@ -528,19 +440,10 @@ def _refuses_format(exc: openai.APIStatusError) -> bool:
     return exc.status_code >= 500 and any(word in body for word in _FORMAT_WORDS)
 
 
-def _retryable(exc: openai.APIStatusError) -> bool:
-    if exc.status_code == 429 and _error_code(exc) == "insufficient_quota":
-        return False
-    return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
-
-
-def _retry_after(exc: openai.APIStatusError) -> float | None:
-    value = exc.response.headers.get("retry-after")
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
-        return None
-    return seconds if seconds is not None and seconds >= 0 else None
+def _failure(exc: openai.APIStatusError, scrub: Callable[[str], str]) -> Failure:
+    return Failure(
+        status=exc.status_code, code=_error_code(exc), detail=scrub(_server_message(exc))
+    )
 
 
 def _error_code(exc: openai.APIStatusError) -> str | None:
