@@ -48,6 +48,7 @@ from taskdecomp.strategies.workflow.session import (
 )
 from taskdecomp.strategies.workflow.state import WorkflowState
 from taskdecomp.strategies.workflow.statetools import state_tools
+from taskdecomp.strategies.workflow.strategy import STRATEGY
 from taskdecomp.strategies.workflow.tasklist import TaskList, TaskListError, parse_tasks
 from taskdecomp.strategies.workflow.workspace import PathRefused, Workspace, write_new
 from taskdecomp.tools import Toolset
@@ -137,7 +138,7 @@ async def run_workflow(
             combiner_model=None,
             allow=ctx.gateway.allow,
             budget=budget,
-            strategy="workflow",
+            strategy=STRATEGY.name,
             options={"spec": spec, "workspace": str(ws.root), "options": options.to_dict()},
         )
         ttl = durable.lease_seconds(lease_seconds)
@@ -216,7 +217,7 @@ def workflow_view(stored: StoredRun) -> dict[str, Any] | None:
 
     ``None`` when the run is not a workflow run.
     """
-    if stored.config.get("strategy") != "workflow":
+    if stored.config.get("strategy") != STRATEGY.name:
         return None
     data = stored.state.get("workflow")
     data = data if isinstance(data, Mapping) else {}
