@@ -91,3 +91,45 @@ def test_a_phase_run_again_does_not_keep_its_earlier_verdict(tmp_path: Path) -> 
     assert result.stop_reason == "workflow_stuck:evaluate", result.message
     phases = [h.observation["phase"] for h in result.history]
     assert phases == ["review", "evaluate", "review", "evaluate"]
+
+
+DRAFTED = """
+workflow:
+  name: drafted
+  version: 1
+  start: draft
+phases:
+  draft:
+    prompt: draft.md
+    type: execute
+    transitions:
+      - to: review
+        auto: true
+  review:
+    prompt: review.md
+    type: evaluate
+    transitions:
+      - to: approved
+        when: "status.designApproved == true"
+  approved:
+    type: terminal
+"""
+
+
+def test_a_phase_that_is_not_an_evaluation_cannot_give_a_verdict(tmp_path: Path) -> None:
+    folder = tmp_path / "wf"
+    folder.mkdir()
+    (folder / "drafted.yaml").write_text(DRAFTED)
+    (folder / "draft.md").write_text("Draft the design.")
+    (folder / "review.md").write_text("Review the design; set designApproved.")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    approve = call("set_status", fields={"designApproved": True})
+    model = ScriptedModel(
+        rules=[(having(phase("draft"), first()), approve), (".*", finish("done"))]
+    )
+    result = asyncio.run(run_workflow(folder / "drafted.yaml", workspace=workspace, model=model))
+    assert result.stop_reason == "workflow_stuck:review", result.message  # no verdict given
+    refusal = [turn for turn in model.calls if "may not set it" in turn.text()]
+    assert refusal, "the draft phase's set_status was not refused"
+    assert "'designApproved' is a verdict an evaluate phase gives" in refusal[0].text()

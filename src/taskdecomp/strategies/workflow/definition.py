@@ -132,6 +132,21 @@ class Workflow:
                 return transition.to
         return None
 
+    def verdict_fields(self) -> frozenset[str]:
+        """The ``status.*`` fields an ``evaluate`` phase's guards read.
+
+        Only such a phase (or the runner) sets them, so no phase approves its own work.
+        """
+        return frozenset(
+            path.removeprefix("status.")
+            for phase in self.phases.values()
+            if phase.type == "evaluate"
+            for transition in phase.transitions
+            if transition.guard is not None
+            for path in transition.guard.paths()
+            if path.startswith("status.")
+        )
+
     def status_fields(self) -> frozenset[str]:
         """The ``status.*`` fields the guards read (what an agent may set)."""
         return frozenset(

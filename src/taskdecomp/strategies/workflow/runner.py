@@ -298,7 +298,12 @@ class Runner:
         current = s.tasks.get(task.id) if s.tasks else None
         status = current.status if current is not None else "failed"
         outside = s.violations.pop(task.id, [])
-        said = s.state.status.get("taskPassed") is True and s.options.max_parallel == 1
+        by = s.state.status_by.get("taskPassed", CHECK_PHASE)  # unknown in older states
+        said = (
+            s.state.status.get("taskPassed") is True
+            and by == CHECK_PHASE
+            and s.options.max_parallel == 1
+        )
         passed = status == "passed" or (status == "in_progress" and said)
         if passed and not outside:
             s.state = rules.update_task(s.state, task.id, "passed")

@@ -14,7 +14,7 @@ runs never interleave inside a change.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -39,6 +39,7 @@ def state_tools(session: Session) -> Toolset:
             allowed = session.workflow.status_fields()
             run = CURRENT.get()
             by = run.phase if run is not None else None
+            _no_own_verdict(session, by, fields)
             session.state = rules.set_status(session.state, fields, allowed=allowed, by=by)
             return {"ok": True, "status": dict(session.state.status)}
 
@@ -112,6 +113,22 @@ def _outside_task(name: str) -> None:
     run = CURRENT.get()
     if run is not None and run.task is not None:
         raise rules.StateRefused(f"{name} is not for a task phase; the task list is not yours")
+
+
+def _no_own_verdict(session: Session, phase: str | None, fields: Mapping[str, Any]) -> None:
+    """Refuse a verdict from a phase that is not an evaluation (it would approve itself).
+
+    Raises:
+        StateRefused: ``fields`` hold a field an ``evaluate`` phase's guards read.
+    """
+    if phase is None or session.workflow.phases[phase].type == "evaluate":
+        return
+    verdicts = sorted(set(fields) & session.workflow.verdict_fields())
+    if verdicts:
+        raise rules.StateRefused(
+            f"status field {verdicts[0]!r} is a verdict an evaluate phase gives; "
+            f"phase {phase!r} may not set it"
+        )
 
 
 def _checked(change: Callable[[], dict[str, Any]]) -> dict[str, Any]:
