@@ -157,3 +157,11 @@ def _budget(**limits: Any) -> Any:
     from taskdecomp import Budget
 
     return Budget(**limits)
+
+
+def test_options_that_are_not_strict_json_are_refused(tmp_path: Path) -> None:
+    code, _, err = cli(
+        "run", "x", "--strategy", "one_call", "--option", "tool=note",
+        "--option", 'args={"text": NaN}', "--tools", f"notes:{tmp_path}", "--model", "echo:x",
+    )  # fmt: skip
+    assert code == 2 and "options are not strict JSON" in err

@@ -39,3 +39,9 @@ def test_python_is_the_default_and_can_be_named() -> None:
 def test_an_unknown_scheme_is_read_as_python(value: str) -> None:
     with pytest.raises(ToolsetError, match=r"does not exist|neither a \.py file"):
         load_toolset(value)
+
+
+def test_a_source_registered_in_code_replaces_one_of_the_same_name() -> None:
+    register_source("twice", lambda rest: Toolset.from_functions([shout], source="first"))
+    register_source("twice", lambda rest: Toolset.from_functions([shout], source="second"))
+    assert load_toolset("twice:x").source == "second"

@@ -87,8 +87,8 @@ def host_key() -> str:
 def _alive(pid: int, started: int | None) -> bool:
     """Whether ``pid`` runs and, where ``started`` is known, is the process that started then."""
     stat = _read(_PROC / str(pid) / "stat")
-    if not stat:
-        return _signalable(pid) if not _PROC.joinpath("self").exists() else False
+    if not stat:  # no such process, or one /proc hides (hidepid): the kernel knows which
+        return _signalable(pid)
     state, start = _stat_fields(stat)
     if state in ("Z", "X"):  # a zombie, or dead: it will never write again
         return False

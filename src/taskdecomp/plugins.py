@@ -9,9 +9,9 @@ own ``pyproject.toml`` exactly as a third-party package declares its plugins::
 and registered here under the same names, as ``module:attribute`` references, so a checkout
 that was never installed still has them. Nothing is imported until it is asked for by name,
 and the installed packages' entry points are read once, the first time a name is not a
-built-in or the names are listed. A name registered twice keeps its first registration:
-built-ins, then :meth:`Registry.register` calls, then entry points in the order the
-installed packages list them.
+built-in or the names are listed. An entry point never replaces a built-in or another
+entry point of the same name (the first wins); :meth:`Registry.register`, called in code,
+replaces whatever had the name.
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ class Registry(Generic[T]):
         self._missing = missing
 
     def register(self, name: str, plugin: T) -> None:
-        """Make ``plugin`` available as ``name`` (unless that name is taken already)."""
-        if name not in self._refs:
-            self._loaded.setdefault(name, plugin)
+        """Make ``plugin`` available as ``name``, in place of any plugin of that name."""
+        self._refs.pop(name, None)
+        self._loaded[name] = plugin
 
     def get(self, name: str) -> T:
         """The plugin called ``name``.

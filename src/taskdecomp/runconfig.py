@@ -66,6 +66,8 @@ def new_run(
         "strategy": strategy,
     }
     if options is not None:
+        if strategy in config:
+            raise ConfigError(f"a strategy may not be called {strategy!r}: the run stores that")
         config[strategy] = dict(options)
     return NewRun(
         run_id=run_id, goal=goal, model=model_name(model), tools=tools_name(tools), config=config

@@ -48,3 +48,27 @@ def test_the_server_exports_are_sorted_and_complete() -> None:
     names = taskdecomp.server.__all__
     assert names == sorted(names)
     assert all(hasattr(taskdecomp.server, name) for name in names)
+
+
+def test_a_model_that_names_a_file_is_known_by_its_absolute_path(tmp_path, monkeypatch) -> None:
+    from taskdecomp.server.runs import canonical_model
+
+    monkeypatch.chdir(tmp_path)
+    assert canonical_model("scripted:s.json") == f"scripted:{tmp_path / 's.json'}"
+    assert canonical_model("local:m.gguf") == f"local:{tmp_path / 'm.gguf'}"
+    assert canonical_model("openai:gpt-4.1-mini") == "openai:gpt-4.1-mini"
+    assert canonical_model("nosuch:thing") == "nosuch:thing"
+
+
+def test_serve_refuses_a_base_url_no_model_of_it_uses(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "from taskdecomp_entry import main; main()", "serve",
+         "--tools", f"t={tmp_path / 'missing.py'}", "--model", f"scripted:{tmp_path / 's.json'}",
+         "--base-url", "http://127.0.0.1:9/v1", "--db", str(tmp_path / "runs.db")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "none of this server's models" in done.stderr

@@ -74,6 +74,8 @@ def test_the_plugins_provider_is_connected_where_the_server_was_told(
         ({"strategy": "workflow"}, "does not start from a goal"),
         ({"strategy": "nope"}, "unknown strategy 'nope'"),
         ({"strategy": "replan", "options": {"prompts": "/etc"}}, "cannot be set over HTTP"),
+        ({"strategy": "replan", "options": {"approve_plan": "false"}}, "takes true or false"),
+        ({"strategy": "replan", "options": {"max_iterations": 10**6}}, "from 1 to 1000"),
     ],
 )
 def test_options_a_client_may_not_give_are_refused(

@@ -40,8 +40,10 @@ def test_a_lease_that_may_still_be_held_is_refused(store: SqlStore, kind: str) -
         "alive here": owners.new_owner_id(),
     }[kind]
     stored_with_lease(store, owner)
-    with pytest.raises(RunLeasedError, match=r"holds the lease for 3[56]\d\d\.\ds more"):
+    with pytest.raises(RunLeasedError, match=r"holds the lease for 3[56]\d\d\.\ds more") as no:
         store.acquire_lease(RUN, owner=owners.new_owner_id(), ttl=30)
+    said = "is of an older form" if kind == "older form" else "died on another host"
+    assert said in str(no.value)
     held = store.load_run(RUN).lease
     assert held is not None and (held.owner, held.epoch) == (owner, 1)
 

@@ -251,6 +251,14 @@ def test_an_unreachable_database_fails_in_one_line_but_is_no_usage_error(
     assert_usage_error(err, "cannot use the database", "127.0.0.1:1", "TASKDECOMP_DATABASE_URL")
 
 
+def test_a_database_that_does_not_exist_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = cli(capsys, "runs", "--db", "postgresql://postgres@127.0.0.1/no_such_db_here")
+    assert code == 2  # fix --db: the server is up, the name is wrong
+    assert_usage_error(err, "no_such_db_here", "does not exist", "check --db")
+
+
 def test_an_unsupported_database_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = cli(capsys, "runs", "--db", "mysql://root@localhost/x")
     assert code == 2

@@ -17,6 +17,7 @@ from taskdecomp.cli._app import (
     load_settings,
     needs_extra,
 )
+from taskdecomp.errors import ConfigError
 from taskdecomp.settings import choose_model, load_decomp_settings, load_openai_settings
 
 GRACE_SECONDS = 3
@@ -102,8 +103,14 @@ def serve_command(
 
     config = _config(host, toolsets, models, decomp_model, chat_model, cors_origins, db)
     if base_url:
-        from taskdecomp.models import Connection
+        from taskdecomp.models import Connection, connects
 
+        specs = [*config.models, config.decomp_model, config.chat_model]
+        if not any(connects(spec.partition(":")[0]) for spec in specs if spec):
+            raise ConfigError(
+                "--base-url applies to models of a provider that connects to a server, and "
+                "none of this server's models (--model, --decomp-model, --chat-model) does"
+            )
         config = dataclasses.replace(config, connection=Connection(base_url=base_url))
     config = dataclasses.replace(config, executor=executor, queue=queue)
     service = open_service(config)

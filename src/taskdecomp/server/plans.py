@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from taskdecomp.decomposition import DecompOptions, DecompositionResult
+from taskdecomp.models import resolve_model
 from taskdecomp.server.config import ServerConfig
 from taskdecomp.server.problems import Problem, one_line
 from taskdecomp.server.schemas import DecompIn
@@ -169,7 +170,8 @@ class PlanService:
             mode="plan_bfs" if node_id is None else "single_node",
             node_id=node_id,
         )
-        decomposer = PlanDecomposer(self.repository, self.model, options=opts)
+        model = resolve_model(self.model, connection=self.config.connection)
+        decomposer = PlanDecomposer(self.repository, model, options=opts)
         work = (
             decomposer.run_plan(plan_id, opts)
             if node_id is None

@@ -24,7 +24,7 @@ from taskdecomp.budget import Budget
 from taskdecomp.engine import Environment, approve, reject, resume, run
 from taskdecomp.errors import ConfigError
 from taskdecomp.events import Event, Subscriber
-from taskdecomp.models import Model, resolve_model
+from taskdecomp.models import Model, names_file, resolve_model
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.server.config import ServerConfig
 from taskdecomp.server.problems import Problem, one_line
@@ -49,9 +49,12 @@ again)."""
 
 def canonical_model(spec: str) -> str:
     """The name a run stores for ``spec`` (a scripted model's file path made absolute)."""
-    provider, sep, rest = spec.partition(":")
-    if provider == "scripted" and sep and rest:
-        return f"scripted:{Path(rest).expanduser().absolute()}"
+    provider, _, rest = spec.partition(":")
+    try:
+        if names_file(spec):
+            return f"{provider}:{Path(rest).expanduser().absolute()}"
+    except ConfigError:
+        pass  # an unknown provider: resolving it at start-up says so
     return spec
 
 

@@ -82,7 +82,8 @@ def open_service(config: ServerConfig) -> Service:
         plans = PlanService(config, TreeRepository(store))
         service = Service(config=config, store=store, runs=runs, plans=plans)
         if config.chat_model is not None:
-            service.chat = ChatAgent(service, resolve_model(config.chat_model))
+            chat = resolve_model(config.chat_model, connection=config.connection)
+            service.chat = ChatAgent(service, chat)
         return service
     except BaseException:
         store.close()

@@ -166,11 +166,16 @@ def release(conn: Connection, lease: Lease) -> bool:
 
 def leased(run_id: RunId, owner: str, expires_in: float) -> RunLeasedError:
     """The refusal of a run another process owns."""
+    died = (
+        "if that process died on another host, resume again once its lease expired"
+        if owners.parse(owner) is not None
+        else "its owner id is of an older form, so even if that process died, resume again "
+        "once its lease expired"
+    )
     return RunLeasedError(
         f"run {run_id!r} is in flight in another process: its owner {owner!r} holds the "
-        f"lease for {expires_in:.1f}s more unless it renews it; wait for that run to end, or, "
-        "if that process died on another host, resume again once its lease expired (a dead "
-        "process of this host is taken over at once)",
+        f"lease for {expires_in:.1f}s more unless it renews it; wait for that run to end; "
+        f"{died}",
         owner=owner,
         expires_in=expires_in,
     )

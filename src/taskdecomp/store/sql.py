@@ -337,6 +337,11 @@ class SqlStore:
             return StoreConfigError(
                 f"cannot open the SQLite store {self.name!r} ({problem}); check the path"
             )
+        if _named_wrong(exc, lowered):
+            return StoreConfigError(
+                f"cannot use the database {self.name!r}: {problem}; check --db or "
+                "TASKDECOMP_DATABASE_URL"
+            )
         if exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError):
             return StoreError(
                 f"cannot use the database {self.name!r}: {problem}; check --db or "
@@ -751,3 +756,19 @@ def open_store(url: str, **options: Any) -> SqlStore:
         StoreError: the database cannot be opened, reached or migrated.
     """
     return SqlStore(url, **options)
+
+
+_WRONG_NAME_STATES = frozenset({"3D000", "28000", "28P01"})
+"""SQLSTATEs of a database, role or password the URL names wrongly."""
+_WRONG_NAME_WORDS = (
+    "does not exist",
+    "password authentication failed",
+    "could not translate host name",
+    "name or service not known",
+)
+
+
+def _named_wrong(exc: sa_exc.DBAPIError, lowered: str) -> bool:
+    """Whether the URL names something that is not there (fix --db), not a server gone."""
+    state = getattr(exc.orig, "sqlstate", None)
+    return state in _WRONG_NAME_STATES or any(word in lowered for word in _WRONG_NAME_WORDS)

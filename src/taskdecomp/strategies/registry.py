@@ -14,6 +14,7 @@ Built in: ``plan_execute``, ``replan`` and ``workflow`` (which starts from a wor
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -180,6 +181,12 @@ def options_for(chosen: Strategy, given: Any) -> Any:
         ConfigError: ``given`` is another strategy's options, or does not decode.
     """
     if given is None or isinstance(given, Mapping):
+        try:  # NaN would be stored as null: the run would not resume with what it ran with
+            json.dumps(given, allow_nan=False, default=str)
+        except ValueError as exc:
+            raise ConfigError(
+                f"strategy {chosen.name!r} options are not strict JSON: {exc}"
+            ) from None
         return chosen.options(given)
     if not isinstance(given, chosen.options_type):
         raise ConfigError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +24,8 @@ from taskdecomp.strategies.replan.loop import (
 from taskdecomp.tools import Toolset
 
 _KNOWN = frozenset(ReplanOptions.__dataclass_fields__)
+_MOST = 1000
+"""The most iterations or agent turns an option may ask for."""
 
 
 class Replan:
@@ -41,16 +44,25 @@ class Replan:
         Raises:
             ConfigError: a key is unknown or a value is out of range.
         """
-        unknown = sorted(set(data or {}) - _KNOWN)
+        given = dict(data or {})
+        unknown = sorted(set(given) - _KNOWN)
         if unknown:
             raise ConfigError(
                 f"unknown option {unknown[0]!r} for strategy 'replan'; "
                 f"known: {', '.join(sorted(_KNOWN))}"
             )
-        try:
-            return ReplanOptions.from_dict(data or {})
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"strategy 'replan': {exc}") from None
+        for name in ("max_iterations", "max_agent_turns"):
+            value = given.get(name, 1)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MOST:
+                raise ConfigError(
+                    f"strategy 'replan' option {name!r} takes a whole number from 1 to {_MOST}, "
+                    f"not {value!r}"
+                )
+        if not isinstance(given.get("approve_plan", False), bool):
+            raise ConfigError("strategy 'replan' option 'approve_plan' takes true or false")
+        if not isinstance(given.get("prompts") or "", str | os.PathLike):
+            raise ConfigError("strategy 'replan' option 'prompts' takes a directory")
+        return ReplanOptions.from_dict(given)
 
     def encode(self, options: ReplanOptions) -> dict[str, Any]:
         """The JSON form stored with the run."""
