@@ -297,7 +297,7 @@ class Cluster:
 
     def kill_during(self, run_id: str, step_id: str) -> Call:
         """SIGKILL the worker that runs ``run_id``'s step ``step_id`` once it has begun."""
-        call = self.started(run_id, step_id, timeout=20)
+        call = self.started(run_id, step_id, timeout=120)
         time.sleep(SETTLE)
         self.kill(call.pid)
         return call
