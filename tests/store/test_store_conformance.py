@@ -39,6 +39,7 @@ from taskdecomp.store import (
     rows,
     schema,
 )
+from tests.store.conftest import Clock
 
 AWKWARD = 'nul:\x00 surrogate:\ud800 other:\udfff emoji:\U0001f600 quote:" backslash:\\ é'
 
@@ -418,21 +419,6 @@ def test_a_read_sees_one_snapshot_while_a_writer_commits(store: SqlStore) -> Non
 
 
 # --- leases: one owner per run ---------------------------------------------------------------
-
-
-class Clock:
-    """The store's clock, moved by hand."""
-
-    def __init__(self, at: float = 1000.0) -> None:
-        self.at = at
-
-    def __call__(self) -> float:
-        return self.at
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture
