@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from taskdecomp import ConfigError, ModelNotFoundError, resolve_model
-from taskdecomp.cli import main
 from taskdecomp.models.local import LocalModel
 from taskdecomp.models.openai import OpenAIModel
 from taskdecomp.settings import choose_model, load_openai_settings, load_settings
+from tests.clitools import cli
 from tests.conftest import SALES_TOOLS
 from tests.models.conftest import FakeOpenAI, Reply, completion
 from tests.support import SEED_GOAL, seed_plan
@@ -122,13 +122,6 @@ def _llama_cpp() -> bool:
 
 
 # --- the CLI wires it ------------------------------------------------------------------
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exited.value.code or 0), out, err
 
 
 def test_cli_without_any_model_exits_2_with_the_hint(

@@ -19,7 +19,6 @@ import pytest
 
 from taskdecomp import Budget, ConfigError, ModelRequest, RunLeasedError, ScriptedModel
 from taskdecomp.budget import Meter, Usage
-from taskdecomp.cli import main
 from taskdecomp.durable import Journal
 from taskdecomp.events import Event, EventBus, StepStarted
 from taskdecomp.gateway import ToolGateway
@@ -29,6 +28,7 @@ from taskdecomp.stops import StopRun
 from taskdecomp.store import Lease, NewRun, SqlStore, open_store
 from taskdecomp.strategies.plan_execute import resume, run
 from taskdecomp.tools import Toolset
+from tests.clitools import cli
 from tests.store.conftest import Clock
 from tests.store.test_durable_runs import THREE, Tools, again, crash, model
 
@@ -235,11 +235,9 @@ def test_the_cli_shows_the_owner_and_refuses_a_resume_in_one_line(
         run_id=RunId("r1"), goal="g", model=f"scripted:{script}", tools=str(tools), config=config
     )
     store.create_run(new, owner="box:4242:9f3a1c", ttl=30)  # as a process that died left it
-    code = cli(capsys, "show", "r1", "--db", store_url)
-    out, err = capsys.readouterr()
+    code, out, err = cli(capsys, "show", "r1", "--db", store_url)
     assert code == 0 and "owner box:4242:9f3a1c · epoch 1 · lease expires" in out
-    code = cli(capsys, "resume", "r1", "--db", store_url)
-    out, err = capsys.readouterr()
+    code, out, err = cli(capsys, "resume", "r1", "--db", store_url)
     assert code == 2 and out == ""
     assert err.startswith(
         "taskdecomp: error: run 'r1' is in flight in another process: its owner "
@@ -269,19 +267,11 @@ def test_the_lease_length_comes_from_the_environment(
     script = tmp_path / "script.json"
     script.write_text(json.dumps(["not a plan", "never"]))
     argv = ("run", "g", "--tools", str(tools), "--model", f"scripted:{script}", "--db", store_url)
-    code = cli(capsys, *argv)
-    _, err = capsys.readouterr()
+    code, _, err = cli(capsys, *argv)
     assert code == 2 and complaint in err and err.count("\n") == 1
     store = open_store(store_url)
     assert store.list_runs() == []
     store.close()
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> int:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    code = exit_info.value.code
-    return code if isinstance(code, int) else 0
 
 
 @pytest.mark.parametrize("durability", ["sync", "async"])

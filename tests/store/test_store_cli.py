@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from taskdecomp.cli import main
+from tests.clitools import cli
 
 TOOLS = '''
 import os
@@ -63,14 +63,6 @@ def project(tmp_path: Path) -> Path:
     script = {"rules": [{"match": "available_tools", "response": PLAN}], "default": "answer"}
     (tmp_path / "script.json").write_text(json.dumps(script))
     return tmp_path
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    code = exit_info.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 def start(project: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from urllib.parse import quote
 import psycopg
 import pytest
 
-from taskdecomp.cli import main
+from tests.clitools import cli
 from tests.workflow import scenario
 
 EXE = Path(sys.executable).with_name("taskdecomp")
@@ -134,10 +134,8 @@ def expected_rows(upto: int) -> list[tuple[Any, ...]]:
 
 def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
     """Run the command in this process; the JSON it printed."""
-    with pytest.raises(SystemExit) as exited:
-        main([*argv, "--json"])
-    out, err = capsys.readouterr()
-    assert exited.value.code in (0, None), err
+    code, out, err = cli(capsys, *argv, "--json")
+    assert code == 0, err
     return json.loads(out)
 
 
