@@ -65,7 +65,7 @@ def test_bound_wide_every_api_request_needs_the_token(tmp_path: Path, toolset: P
         texts += [started.text, str(view), httpx.get(url + "/models", headers=good).text]
         texts.append(httpx.get(f"{url}/runs/{run_id}/events", headers=good, timeout=30).text)
     finally:
-        _code, _, err = server.stop()
+        _code, err = server.stop()
     texts.append(err)
     for text in texts:
         assert TOKEN not in text and API_KEY not in text
