@@ -1,10 +1,19 @@
-"""The command run in this process, as the tests call it."""
+"""The command as the tests run it: in this process, or in a child process."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 
 from taskdecomp.cli import main
+
+EXE = Path(sys.executable).with_name("taskdecomp")
+"""The installed command: the script pip wrote for the entry point, as a user runs it."""
+
+CHILD = (sys.executable, "-c", "import sys; from taskdecomp.cli import main; main(sys.argv[1:])")
+"""The command in a child process, through :func:`taskdecomp.cli.main`; its arguments follow."""
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.clitools import cli
+from tests.clitools import EXE, cli
 from tests.conftest import EXAMPLES, SALES_TOOLS
 from tests.support import SEED_GOAL, seed_plan
 
@@ -157,10 +156,9 @@ def test_bad_environment_value_is_a_usage_error(
 
 
 def test_the_installed_command_runs_the_example(tmp_path: Path) -> None:
-    exe = Path(sys.executable).with_name("taskdecomp")
     proc = subprocess.run(
         [
-            str(exe),
+            str(EXE),
             "run",
             SEED_GOAL,
             "--tools",

@@ -13,7 +13,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,10 @@ from typing import Any
 import pytest
 
 from tests import deadline_tools
+from tests.clitools import EXE
 from tests.test_isolation import KINDS, finished, gone
 
 TOOLS = Path(deadline_tools.__file__)
-EXE = Path(sys.executable).with_name("taskdecomp")
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.terminal import EXE
-from tests.clitools import cli
+from tests.clitools import EXE, cli
 from tests.conftest import EXAMPLES, SALES_TOOLS
 from tests.support import SEED_GOAL
 

@@ -18,7 +18,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from tests.cli.terminal import EXE, spawn, taskdecomp
+from tests.cli.terminal import spawn, taskdecomp
+from tests.clitools import EXE
 from tests.conftest import ROOT, SALES_TOOLS
 from tests.support import SEED_GOAL, seed_plan
 

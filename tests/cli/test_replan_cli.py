@@ -6,13 +6,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.clitools import CHILD
 from tests.conftest import SALES_TOOLS
 
 TOOLSET = '''
@@ -94,9 +94,8 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 def cli(env: dict[str, str], *argv: str, timeout: float = 120) -> tuple[int, str, str]:
-    code = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
     done = subprocess.run(
-        [sys.executable, "-c", code, *argv],
+        [*CHILD, *argv],
         env=env,
         capture_output=True,
         text=True,
@@ -115,9 +114,8 @@ def approve_then_kill(
 ) -> None:
     """Approve ``run_id`` in a process that is killed (-9) once ``when`` is in the call log;
     then release the blocking tools and let the dead owner's lease expire."""
-    code = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
     child = subprocess.Popen(
-        [sys.executable, "-c", code, "approve", run_id, "--db", db],
+        [*CHILD, "approve", run_id, "--db", db],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from rich.cells import cell_len
 
-from tests.cli.terminal import EXE, taskdecomp
-from tests.clitools import cli
+from tests.cli.terminal import taskdecomp
+from tests.clitools import EXE, cli
 from tests.conftest import EXAMPLES, SALES_TOOLS
 from tests.support import SEED_GOAL
 

@@ -20,7 +20,8 @@ import time
 import pytest
 
 from taskdecomp.models.local import LocalModel, busy
-from tests.cli.terminal import EXE, taskdecomp
+from tests.cli.terminal import taskdecomp
+from tests.clitools import EXE
 from tests.conftest import SALES_TOOLS
 from tests.models.conftest import require_local_extra
 from tests.models.test_local import plan_request

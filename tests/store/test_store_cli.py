@@ -7,14 +7,13 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.clitools import cli
+from tests.clitools import EXE, cli
 
 TOOLS = '''
 import os
@@ -85,12 +84,11 @@ def start(project: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dic
 def crash(project: Path, tool_name: str, *argv: str) -> None:
     """Run the installed command in a process that ``tool_name`` kills (SIGKILL) once."""
     (project / f"crash-{tool_name}").touch()
-    exe = Path(sys.executable).with_name("taskdecomp")
     tools, script = (project / "tools.py", project / "script.json")
     default = ("--tools", str(tools), "--model", f"scripted:{script}")
     env = {**os.environ, "TASKDECOMP_LEASE_SECONDS": "0.5"}  # the dead owner's lease is short
     proc = subprocess.run(
-        [str(exe), "run", "the goal", *(argv or default)],
+        [str(EXE), "run", "the goal", *(argv or default)],
         capture_output=True,
         timeout=60,
         env=env,

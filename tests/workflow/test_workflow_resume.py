@@ -22,7 +22,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections import defaultdict
@@ -34,10 +33,9 @@ from urllib.parse import quote
 import psycopg
 import pytest
 
-from tests.clitools import cli
+from tests.clitools import EXE, cli
 from tests.workflow import scenario
 
-EXE = Path(sys.executable).with_name("taskdecomp")
 LEASE_SECONDS = "1"
 """The child's lease: how long a resume waits for the killed owner's lease to expire."""
 

@@ -46,6 +46,7 @@ from taskdecomp.store.base import Store
 from taskdecomp.strategies.workflow.api import run_workflow, workflow_view
 from taskdecomp.strategies.workflow.options import WorkflowOptions
 from taskdecomp.tools import ToolSpec
+from tests.clitools import EXE
 from tests.workflow.scenario import (
     ADDED,
     FILES,
@@ -497,9 +498,8 @@ def resume_in_child(capsys: pytest.CaptureFixture[str], db: str, run_id: str) ->
     """Wait for the killed owner's lease to expire; resume the run in a child; its result."""
     lease = cli_json(capsys, "show", run_id, "--db", db)["lease"]
     time.sleep(max(0.0, float(lease["expires_at"]) - time.time()) + 0.05)
-    exe = Path(sys.executable).with_name("taskdecomp")
     done = subprocess.run(
-        [str(exe), "resume", run_id, "--db", db, "--json"],
+        [str(EXE), "resume", run_id, "--db", db, "--json"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stderr  # ended: done, or stopped
