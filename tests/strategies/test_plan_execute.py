@@ -287,7 +287,7 @@ def test_deadline_cancels_an_in_flight_tool() -> None:
         return x
 
     plan = plan_of(step(1, "slow", {"x": 1}), step(2, "slow", {"x": 2}), step(3, "slow", {"x": 3}))
-    result, _ = run_seed(plan, ANSWER, tools=[slow], budget=Budget(max_seconds=0.3))
+    result, _ = run_seed(plan, ANSWER, tools=[slow], budget=Budget(max_seconds=1))
     assert result.stop_reason == "max_seconds"
     assert state == {"cancelled": True, "finished": False}
     assert result.trace[0].ok is False and result.trace[0].error == "cancelled before it finished"
@@ -295,7 +295,7 @@ def test_deadline_cancels_an_in_flight_tool() -> None:
 
 def test_deadline_covers_a_slow_model() -> None:
     model = ScriptedModel(responses=[seed_plan()], latency_ms=600_000)  # past the test's timeout
-    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model, budget=Budget(max_seconds=0.2))
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model, budget=Budget(max_seconds=1))
     assert result.stop_reason == "max_seconds"
     assert (result.plan, result.trace, result.usage.llm_calls) == (None, (), 1)  # cut mid-call
 
