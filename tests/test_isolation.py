@@ -22,10 +22,10 @@ import pytest
 
 from taskdecomp import Budget, ScriptedModel, StopRun, ToolGateway, Toolset, load_toolset, tool
 from taskdecomp.budget import Meter
+from taskdecomp.engine import run_sync
 from taskdecomp.errors import ToolsetError
 from taskdecomp.run import RunResult
 from taskdecomp.store import SqlStore, open_store
-from taskdecomp.strategies.plan_execute import run_sync
 from tests import deadline_tools
 
 TOOLS = Path(deadline_tools.__file__)

@@ -37,21 +37,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import secrets
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, TypeVar, assert_never
+from typing import Any, TypeVar, assert_never
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from taskdecomp import stops
 from taskdecomp.budget import Budget, Usage
+from taskdecomp.durability import DEFAULT_DURABILITY as DEFAULT_DURABILITY
+from taskdecomp.durability import DURABILITIES as DURABILITIES
+from taskdecomp.durability import Durability as Durability
 from taskdecomp.errors import (
     ConfigError,
     CorruptRecordError,
@@ -74,6 +74,7 @@ from taskdecomp.events import (
     StepFinished,
     StepStarted,
 )
+from taskdecomp.owners import new_owner_id
 from taskdecomp.plan import Plan, Step, TaskId
 from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
 from taskdecomp.stops import StopRun, with_detail
@@ -101,11 +102,6 @@ MIN_LEASE_SECONDS = 0.1
 
 _T = TypeVar("_T")
 
-Durability = Literal["async", "sync"]
-"""How a run's checkpoints reach the disk (see the module docstring)."""
-DURABILITIES: tuple[Durability, ...] = ("async", "sync")
-DEFAULT_DURABILITY: Durability = "async"
-
 
 def durability(value: str) -> Durability:
     """``value`` as a :data:`Durability`.
@@ -121,11 +117,6 @@ def durability(value: str) -> Durability:
         "(async commits steps in groups and waits for the disk only before unsafe calls "
         "and at the end; sync commits every step durably)"
     )
-
-
-def new_owner_id() -> str:
-    """A lease owner id: host name, process id and a random suffix, e.g. ``box:4242:9f3a1c``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
 def lease_seconds(seconds: float) -> float:
@@ -702,20 +693,16 @@ class StoredConfig:
     combiner_model: str | None
     strategy: str = "plan_execute"
     """The strategy the run uses."""
-    replan: Mapping[str, Any] | None = None
-    """The ``replan`` strategy's options."""
-    workflow: Mapping[str, Any] | None = None
-    """The ``workflow`` strategy's settings (its file, workspace, options)."""
+    options: Mapping[str, Any] | None = None
+    """The strategy's options in their JSON form (stored under the strategy's name)."""
 
 
 class _ConfigModel(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")  # a strategy's options, under its name
     budget: dict[str, Any]
     allow: list[str]
     combiner_model: str | None = None
     strategy: str = "plan_execute"
-    replan: dict[str, Any] | None = None
-    workflow: dict[str, Any] | None = None
 
 
 def new_run(
@@ -728,20 +715,20 @@ def new_run(
     allow: Iterable[str],
     budget: Budget,
     strategy: str = "plan_execute",
-    replan: Mapping[str, Any] | None = None,
-    workflow: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> NewRun:
-    """What to store when a run starts: enough for a resume to rebuild it."""
+    """What to store when a run starts: enough for a resume to rebuild it.
+
+    ``options`` (the strategy's, in their JSON form) are stored under the strategy's name.
+    """
     config: dict[str, Any] = {
         "budget": asdict(budget),
         "allow": sorted(allow),
         "combiner_model": model_name(combiner_model),
         "strategy": strategy,
     }
-    if replan is not None:
-        config["replan"] = dict(replan)
-    if workflow is not None:
-        config["workflow"] = dict(workflow)
+    if options is not None:
+        config[strategy] = dict(options)
     return NewRun(
         run_id=run_id, goal=goal, model=model_name(model), tools=tools_name(tools), config=config
     )
@@ -774,6 +761,9 @@ def stored_config(stored: StoredRun) -> StoredConfig:
     try:
         raw = _ConfigModel.model_validate(stored.config)
         budget = Budget(**raw.budget)
+        options = stored.config.get(raw.strategy)
+        if options is not None and not isinstance(options, Mapping):
+            raise ValueError(f"the {raw.strategy} options are not an object")
     except (ValidationError, TypeError, ValueError) as exc:
         problem = str(exc).strip().splitlines()[0]
         raise CorruptRecordError(
@@ -785,8 +775,7 @@ def stored_config(stored: StoredRun) -> StoredConfig:
         allow=tuple(raw.allow),
         combiner_model=raw.combiner_model,
         strategy=raw.strategy,
-        replan=raw.replan,
-        workflow=raw.workflow,
+        options=options,
     )
 
 

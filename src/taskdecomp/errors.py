@@ -7,16 +7,22 @@
     │   ├── ToolsetError            a toolset path/module cannot be loaded or is malformed
     │   ├── ModelNotFoundError      a model string names no provider, or a bad file
     │   ├── WorkflowError           a workflow file or guard is malformed (every problem named)
-    │   └── StoreError              the run store cannot be opened, reached or written
-    │       ├── RunNotFoundError    no stored run has that id
-    │       ├── StoreValueError     a value cannot be stored (too long for the store)
-    │       ├── CorruptRecordError  a stored row does not decode; it is never guessed at
-    │       ├── TreeNotFoundError   no stored plan tree or node has that id
-    │       ├── RunLeasedError      another live process owns the run (its lease has not expired)
-    │       └── LeaseLostError      this process's lease on a run was taken over; nothing written
+    │   └── StoreConfigError *      the store cannot be opened as given (URL, path, driver)
+    │       ├── RunNotFoundError *  no stored run has that id
+    │       ├── TreeNotFoundError * no stored plan tree or node has that id
+    │       └── RunLeasedError *    another live process owns the run (its lease has not expired)
+    ├── StoreError                  the run store failed in use: unreachable, full, refused a write
+    │   ├── StoreConfigError *      (and the three under it)
+    │   ├── StoreValueError         a value cannot be stored (too long for the store)
+    │   ├── CorruptRecordError      a stored row does not decode; it is never guessed at
+    │   └── LeaseLostError          this process's lease on a run was taken over; nothing written
     ├── ModelError                  a model call failed (adapters convert SDK errors here)
     │   └── ModelTimeoutError       the model did not answer in time
     └── StrictJSONError             a value has no strict JSON form (NaN, infinity, not JSON)
+
+``*``: both a :class:`ConfigError` (the command line exits 2: the command can be fixed) and a
+:class:`StoreError` (``except StoreError`` catches every store problem); any other store
+error is a failure at run time (exit 1).
 
 Run failures that belong in a result (a denied tool, a bad plan, a spent budget) are not
 exceptions: they end the run with a stop reason (:mod:`taskdecomp.stops`). A
@@ -55,11 +61,15 @@ class WorkflowError(ConfigError):
         self.problems = problems or (message,)
 
 
-class StoreError(ConfigError):
-    """The run store cannot be opened, reached or written: fix the URL, the file or the server."""
+class StoreError(TaskdecompError):
+    """The run store failed in use: it cannot be reached or written (a server gone, a full disk)."""
 
 
-class RunNotFoundError(StoreError):
+class StoreConfigError(StoreError, ConfigError):
+    """The store cannot be used as given: fix the URL, the path, the driver or the id."""
+
+
+class RunNotFoundError(StoreConfigError):
     """No stored run has the given id."""
 
 
@@ -71,11 +81,11 @@ class CorruptRecordError(StoreError):
     """A stored row does not decode; the run is refused rather than guessed at."""
 
 
-class TreeNotFoundError(StoreError):
+class TreeNotFoundError(StoreConfigError):
     """No stored plan tree (or node) has the given id."""
 
 
-class RunLeasedError(StoreError):
+class RunLeasedError(StoreConfigError):
     """Another process owns the run and its lease has not expired: it is in flight elsewhere.
 
     Args:

@@ -24,7 +24,7 @@ from taskdecomp.approvals import Approvals
 from taskdecomp.budget import Meter
 from taskdecomp.durable import Journal
 from taskdecomp.errors import ModelError, ModelTimeoutError
-from taskdecomp.events import EventBus, ModelCalled, ModelProgress
+from taskdecomp.events import EventBus, ModelCalled, ModelProgress, PlanCreated
 from taskdecomp.gateway import ToolGateway
 from taskdecomp.models.base import (
     Model,
@@ -34,7 +34,7 @@ from taskdecomp.models.base import (
     Stage,
     estimate_tokens,
 )
-from taskdecomp.plan import Step
+from taskdecomp.plan import Plan, Step
 from taskdecomp.run import HistoryEntry, RunId, TraceEntry
 from taskdecomp.stops import StopRun, with_detail
 
@@ -81,6 +81,16 @@ class RunContext:
     """What a human approved, and what waits for one."""
     agent: StepAgent | None = None
     """Carries out instruction steps (the ``replan`` strategy's executor agent)."""
+
+    def plan_created(self, plan: Plan) -> None:
+        """Say that ``plan`` passed the policy boundary, and store it with the run.
+
+        A strategy calls this once its plan is valid, before any step of it runs: a resume
+        reads the plan back (its finished steps are checked against it).
+        """
+        self.events.emit(PlanCreated(run_id=self.run_id, plan=plan))
+        if self.journal is not None:
+            self.journal.plan_created(plan)
 
     async def ask(self, request: ModelRequest, *, model: Model | None = None) -> ModelResponse:
         """Call the model within the budgets.

@@ -13,17 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import platformdirs
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from taskdecomp.budget import Budget
-from taskdecomp.decomposition import DecompOptions
-from taskdecomp.durable import DEFAULT_DURABILITY, Durability
+from taskdecomp.durability import DEFAULT_DURABILITY, DEFAULT_LEASE_SECONDS, Durability
 from taskdecomp.errors import ConfigError
-from taskdecomp.store.base import DEFAULT_LEASE_SECONDS
+
+if TYPE_CHECKING:
+    from taskdecomp.decomposition import DecompOptions
 
 BUDGET_FIELDS = tuple(f.name for f in fields(Budget))
 
@@ -217,6 +218,8 @@ class DecompSettings(BaseSettings):
         Raises:
             ConfigError: a value is out of range.
         """
+        from taskdecomp.decomposition import DecompOptions  # the decomposer, only if used
+
         values = self.model_dump(exclude={"model"}, exclude_none=True)
         values.update({name: value for name, value in flags.items() if value is not None})
         try:

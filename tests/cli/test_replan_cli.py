@@ -148,7 +148,7 @@ def test_run_with_the_replan_strategy_prints_the_answer(tmp_path: Path) -> None:
 def test_replan_only_flags_are_refused_for_plan_execute(env: dict[str, str]) -> None:
     code, _, err = cli(env, "run", "x", "--tools", "t.py", "--approve-plan", "--model", "x")
     assert code == 2
-    assert "--approve-plan apply to --strategy replan only" in err
+    assert "--approve-plan works with --strategy replan only" in err
 
 
 def test_approval_pause_exit_then_approve_from_a_new_process(

@@ -68,7 +68,7 @@ def test_runs_at_80_columns_in_a_terminal_keeps_ids_and_status(
     assert term.wait() == 0
     assert_fits(term.text, 80)
     assert_runs_listed(term.text, two_runs)
-    assert "invalid_plan" in term.text and "Prepare a…" in term.text  # the goal is cut
+    assert "invalid_plan" in term.text and "summary for…" in term.text  # the goal is cut
 
 
 def test_runs_at_80_columns_in_a_pipe_keeps_ids_and_status(

@@ -239,4 +239,4 @@ def test_cli_base_url_without_an_openai_model_is_a_usage_error(
     )  # fmt: skip
 
     assert code == 2
-    assert "--base-url applies to openai: models only" in err
+    assert "--base-url applies to models of a provider that connects to a server (openai" in err

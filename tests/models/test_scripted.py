@@ -53,6 +53,18 @@ def test_rules_match_the_messages_and_fall_back_to_default(tmp_path: Path) -> No
     assert ask(model, "sales again") == "S"  # rules never run out
 
 
+def test_a_rule_with_a_phase_answers_only_that_phase(tmp_path: Path) -> None:
+    rules = [
+        {"match": "sales", "response": "as planner", "phase": "plan"},
+        {"match": "sales", "response": "as combiner", "phase": "finalize"},
+        {"match": "sales", "response": "anyone else"},
+    ]
+    model = resolve_model(write(tmp_path, {"rules": rules}))
+    assert ask(model, "sales", phase="plan") == "as planner"
+    assert ask(model, "sales", phase="finalize") == "as combiner"
+    assert ask(model, "sales", phase="replan") == "anyone else"
+
+
 def test_rules_without_default_fail_on_no_match(tmp_path: Path) -> None:
     model = resolve_model(write(tmp_path, {"rules": [{"match": "x", "response": "X"}]}))
     with pytest.raises(ModelError, match="no rule matches"):
@@ -86,6 +98,7 @@ def test_simulated_failures(tmp_path: Path) -> None:
         (json.dumps({"rules": [{"match": "(", "response": 1}]}), "not a valid script"),
         (json.dumps({"responses": ["a"], "surprise": 1}), "not a valid script"),
         (json.dumps({"responses": ["a"], "latency_ms": -1}), "not a valid script"),
+        (json.dumps({"rules": [{"match": "a", "response": 1, "phase": "x"}]}), "phase"),
     ],
 )
 def test_bad_script_files(tmp_path: Path, content: str, message: str) -> None:

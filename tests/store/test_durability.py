@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from taskdecomp import ConfigError, tool
+from taskdecomp.engine import run
 from taskdecomp.errors import StoreError
 from taskdecomp.run import RunId
 from taskdecomp.store import Checkpoint, Lease, SqlStore, open_store
-from taskdecomp.strategies.plan_execute import run
 from tests.clitools import cli
 from tests.store.test_durable_runs import THREE, Tools, model, start, step
 

@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy import func, select, update
 
 from taskdecomp import Budget, ConfigError, ModelRequest, ModelResponse, ScriptedModel, tool
+from taskdecomp.engine import resume, run
 from taskdecomp.errors import CorruptRecordError, StoreError
 from taskdecomp.events import Event, StepFinished
 from taskdecomp.run import RunId, RunResult
 from taskdecomp.store import Checkpoint, Lease, SqlStore, codec, schema
-from taskdecomp.strategies.plan_execute import resume, run
 
 
 class Crash(BaseException):

@@ -259,3 +259,42 @@ def test_an_owner_stalled_before_the_unsafe_step_cannot_call_it(order: Order) ->
         ("approve", 2),
         ("invoice", 3),
     ]
+
+
+def test_a_resume_right_after_a_kill_takes_over_at_once_and_one_of_two_proceeds(
+    order: Order,
+) -> None:
+    order.env["TASKDECOMP_LEASE_SECONDS"] = "600"  # expiry cannot explain a take-over
+    first = order.cli(
+        "run", "invoice order 7", "--tools", str(HERE / "invoice.py"),
+        "--model", f"scripted:{order.script}", "--durability", "sync",
+    )  # fmt: skip
+    order.at_gate(first)
+    first.kill()
+    first.communicate()
+    (summary,) = order.store.list_runs()
+    order.run_id = summary.run_id
+    lease = order.store.load_run(order.run_id).lease
+    assert lease is not None and lease.expires_at > time.time() + 500
+
+    resumed = order.resume()  # at once: the owner is a dead process of this host
+    order.at_gate(resumed)
+    resumed.kill()  # a resume killed as it works is taken over at once too
+    resumed.communicate()
+
+    racing = [order.resume(), order.resume()]
+    wait_for(lambda: any(r.poll() is not None for r in racing), "one resume to be refused")
+    loser = next(r for r in racing if r.poll() is not None)
+    winner = next(r for r in racing if r is not loser)
+    code, out, err = finished(loser)
+    assert code == 2, (out, err)
+    assert f"its owner '{socket.gethostname()}:{winner.pid}:" in err, err
+    assert order.owner_pid() == winner.pid and order.invoices() == []
+
+    order.open_gate()
+    code, out, err = finished(winner)
+    assert code == 0, err
+    assert json.loads(out)["stop_reason"] == "success"
+    stored = order.store.load_run(order.run_id)
+    assert (stored.summary.stop_reason, stored.segments, stored.lease) == ("success", 3, None)
+    assert order.invoices() == [winner.pid]

@@ -20,13 +20,13 @@ import pytest
 from taskdecomp import Budget, ConfigError, ModelRequest, RunLeasedError, ScriptedModel
 from taskdecomp.budget import Meter, Usage
 from taskdecomp.durable import Journal
+from taskdecomp.engine import resume, run
 from taskdecomp.events import Event, EventBus, StepStarted
 from taskdecomp.gateway import ToolGateway
 from taskdecomp.run import RunId
 from taskdecomp.runtime import RunContext
 from taskdecomp.stops import StopRun
 from taskdecomp.store import Lease, NewRun, SqlStore, open_store
-from taskdecomp.strategies.plan_execute import resume, run
 from taskdecomp.tools import Toolset
 from tests.clitools import cli
 from tests.store.conftest import Clock

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskdecomp import Budget, ScriptedModel, tool
+from taskdecomp.engine import run
 from taskdecomp.events import Event, ModelCalled, PlanCreated
 from taskdecomp.run import RunId, RunResult
 from taskdecomp.store import SqlStore, open_store
-from taskdecomp.strategies.plan_execute import run
 from taskdecomp.streaming import PlanStream
 
 

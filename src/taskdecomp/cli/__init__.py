@@ -1,49 +1,47 @@
 """The ``taskdecomp`` command line.
 
-Exit codes: 0 when the work succeeded, 1 when it stopped for any other reason, 2 for a usage
-or configuration error (one line on stderr, no traceback unless ``--debug``), 3 when a run
-waits for approval, 130 when interrupted (Ctrl-C).
+Exit codes: 0 when the work succeeded, 1 when it stopped for any other reason or the store
+failed while in use (a database gone, a full disk, a lost lease), 2 for a usage or
+configuration error the command can fix (one line on stderr, no traceback unless
+``--debug``), 3 when a run waits for approval, 130 when interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
-import traceback
+from types import ModuleType
 from typing import NoReturn
 
 import click
 
-from taskdecomp.cli import approvals, runs, scale, serve, tools, trees, workflows
 from taskdecomp.cli._app import (
+    COMMANDS,
     EXIT_INTERRUPTED,
+    EXIT_STOPPED,
     EXIT_USAGE,
     PipeClosed,
     app,
     debug_enabled,
-    set_debug,
+    reset,
 )
-from taskdecomp.errors import ConfigError
-from taskdecomp.models import local
-from taskdecomp.settings import load_settings
+from taskdecomp.errors import ConfigError, TaskdecompError
 
 __all__ = ["app", "approvals", "main", "runs", "scale", "serve", "tools", "trees", "workflows"]
 
 
+def __getattr__(name: str) -> ModuleType:
+    """Import a command module the first time it is named (they load on demand)."""
+    if name not in {module for module, _ in COMMANDS.values()}:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     """Entry point: run the CLI and exit with its code."""
-    try:
-        settings = load_settings()
-    except ConfigError:
-        set_debug(False)  # the command reads the settings again and reports the problem
-    else:
-        set_debug(settings.debug)
-        local.set_local_defaults(
-            local.LocalDefaults(
-                n_threads=settings.local_threads, state_dir=settings.llama_state_dir()
-            )
-        )
+    reset()  # a process may run several commands (tests do)
     try:
         code = app.main(args=argv, prog_name="taskdecomp", standalone_mode=False)
     except click.UsageError as exc:
@@ -58,17 +56,19 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _exit(EXIT_INTERRUPTED)
     except PipeClosed:
         _exit(0, stdout_gone=True)  # the reader had what it wanted (| head)
-    except ConfigError as exc:
+    except TaskdecompError as exc:  # a store failing in use is not the command's fault
         if debug_enabled():
+            import traceback  # here only: it costs every command a few milliseconds
+
             traceback.print_exception(exc)
-        _fail(str(exc))
+        _fail(str(exc), code=EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_STOPPED)
     _exit(code if isinstance(code, int) else 0)
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, *, code: int = EXIT_USAGE) -> NoReturn:
     first = " ".join(message.split())
     print(f"taskdecomp: error: {first}", file=sys.stderr)
-    _exit(EXIT_USAGE)
+    _exit(code)
 
 
 def _exit(code: int, *, stdout_gone: bool = False) -> NoReturn:
@@ -81,7 +81,8 @@ def _exit(code: int, *, stdout_gone: bool = False) -> NoReturn:
     if stdout_gone:  # nothing more can reach it; keep the final flush from failing
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-    if local.busy():
+    local = sys.modules.get("taskdecomp.models.local")  # not imported: no model to wait for
+    if local is not None and local.busy():
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()

@@ -3,29 +3,33 @@
 Exit codes: 0 when the work succeeded, 1 when it stopped for any other reason, 2 for a usage
 or configuration error (one line on stderr, no traceback), 3 when a run waits for approval,
 130 when interrupted (Ctrl-C).
+
+Nothing heavy is imported here, nor by ``--help``, ``--version`` or a usage error: a
+command's module is imported when that command is used (:data:`COMMANDS`), the settings are
+read just before a command runs, and the store, the models and the toolsets when asked for.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import logging
+import importlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from taskdecomp import jsonsafe
-from taskdecomp.cli.display import console, literal
-from taskdecomp.durable import DURABILITIES
-from taskdecomp.errors import ConfigError, StoreError, StrictJSONError
-from taskdecomp.models import Model, local, resolve_model
-from taskdecomp.models.local import is_available
-from taskdecomp.settings import OpenAISettings, Settings
-from taskdecomp.store import SqlStore, normalize_url, open_store
-from taskdecomp.tools import Toolset, load_toolset
+from taskdecomp.durability import DURABILITIES
+from taskdecomp.errors import ConfigError, StoreConfigError, StrictJSONError
+
+if TYPE_CHECKING:
+    import logging
+
+    from taskdecomp.models import Model
+    from taskdecomp.settings import Settings
+    from taskdecomp.store import SqlStore
+    from taskdecomp.tools import Toolset
 
 EXIT_STOPPED = 1
 EXIT_USAGE = 2
@@ -41,6 +45,12 @@ DB_OPTION = click.option(
 )
 
 
+BASE_URL_OPTION = click.option(
+    "--base-url",
+    help="The server of every model whose provider connects to one (openai:, or a "
+    "plugin's).  [env: OPENAI_BASE_URL for openai:]",
+)
+
 DURABILITY_OPTION = click.option(
     "--durability",
     type=click.Choice(DURABILITIES),
@@ -50,11 +60,91 @@ DURABILITY_OPTION = click.option(
 )
 
 
+COMMANDS: dict[str, tuple[str, str]] = {
+    "approve": (
+        "approvals",
+        "Approve what RUN_ID waits for (a plan or a tool call) and continue the run.",
+    ),
+    "cancel": ("scale", "Cancel a queued run before it starts, or a running one within a second."),
+    "decompose": (
+        "trees",
+        "Decompose GOAL into a new plan tree, or a stored plan (--plan), or one node (--node).",
+    ),
+    "reject": (
+        "approvals",
+        "End RUN_ID, which waits for approval, with stop reason approval_rejected.",
+    ),
+    "resume": (
+        "runs",
+        "Continue RUN_ID after a crash, a kill or a max_seconds stop, without repeating steps.",
+    ),
+    "run": (
+        "runs",
+        "Plan GOAL with the model, validate the plan, execute it with the tools, combine.",
+    ),
+    "runs": ("runs", "List stored runs: id, status, stop reason, start time, duration and goal."),
+    "serve": (
+        "serve",
+        "Serve the HTTP API, the live event streams and the web page at http://HOST:PORT/.",
+    ),
+    "show": ("runs", "Print a stored run: its plan, trace and history."),
+    "submit": ("scale", "Queue a run of GOAL and print its id at once; a worker executes it."),
+    "tools": ("tools", "List the tools in FILE_OR_MODULE as the planner will see them."),
+    "tree": ("trees", "Show stored plan tree PLAN_ID, or list the stored plans."),
+    "worker": ("scale", "Take runs off a queue and execute them, until Ctrl-C or SIGTERM."),
+    "workflow": ("workflows", "Workflows: YAML phases with guarded transitions over a task list."),
+}
+"""Each command's module in :mod:`taskdecomp.cli` and the first paragraph of its help.
+
+``taskdecomp --help`` lists the commands from here, so it imports none of them; a test
+checks that it agrees with the commands themselves.
+"""
+
+
 class PipeClosed(Exception):
     """Whoever read stdout went away (``taskdecomp show ID | head -1``): end quietly."""
 
 
+class _Command(click.Command):
+    def invoke(self, ctx: click.Context) -> Any:
+        _configure()  # its arguments parsed: the command is about to run
+        return super().invoke(ctx)
+
+
 class _Group(click.Group):
+    """A group whose commands' modules are imported only when a command is used."""
+
+    command_class = _Command
+    group_class = type  # subgroups (workflow) are of this class too
+
+    def __init__(
+        self, *args: Any, lazy: Mapping[str, tuple[str, str]] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            importlib.import_module(f"taskdecomp.cli.{self.lazy[cmd_name][0]}")  # registers it
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List the commands as click does, from :data:`COMMANDS` for those not imported."""
+        commands = [
+            (name, self.commands.get(name) or click.Command(name, help=self.lazy[name][1]))
+            for name in self.list_commands(ctx)
+        ]
+        shown = [(name, command) for name, command in commands if not command.hidden]
+        if shown:
+            limit = formatter.width - 6 - max(len(name) for name, _ in shown)
+            with formatter.section("Commands"):
+                formatter.write_dl(
+                    [(name, command.get_short_help_str(limit)) for name, command in shown]
+                )
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -64,11 +154,55 @@ class _Group(click.Group):
 
 @click.group(
     cls=_Group,
+    lazy=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(package_name="taskdecomp")
 def app() -> None:
     """Controllable task-decomposition agents: plan, validate, execute, combine."""
+
+
+_settings: Settings | None = None
+"""The settings this command read (:func:`load_settings`)."""
+_local_threads: int | None = None
+"""``--local-threads``, when given: it wins over ``TASKDECOMP_LOCAL_THREADS``."""
+
+
+def load_settings() -> Settings:
+    """The settings from the environment and ``.env``, read once per command.
+
+    Raises:
+        ConfigError: a variable does not parse.
+    """
+    global _settings
+    if _settings is None:
+        from taskdecomp.settings import load_settings as read
+
+        _settings = read()
+    return _settings
+
+
+def _configure() -> None:
+    """Put the settings to use: ``TASKDECOMP_DEBUG`` and the embedded model's defaults."""
+    try:
+        settings = load_settings()
+    except ConfigError:
+        return  # a command that needs the settings reports it when it reads them
+    if settings.debug:
+        set_debug(True)
+    from taskdecomp.models import local
+
+    threads = settings.local_threads if _local_threads is None else _local_threads
+    local.set_local_defaults(
+        local.LocalDefaults(n_threads=threads, state_dir=settings.llama_state_dir())
+    )
+
+
+def reset() -> None:
+    """Forget what an earlier command in this process read or turned on."""
+    global _settings, _local_threads
+    _settings = _local_threads = None
+    set_debug(False)
 
 
 _debug: logging.Handler | None = None
@@ -83,26 +217,36 @@ def debug_enabled() -> bool:
 def set_debug(on: bool) -> None:
     """Print tracebacks, or stop: of errors here, and of tools that raise (via logging)."""
     global _debug
+    if on == (_debug is not None):
+        return  # as asked already; logging, a few milliseconds, need not be imported
+    import logging
+
     logger = logging.getLogger("taskdecomp")
-    if on and _debug is None:
-        _debug = _StderrHandler()
-        _debug.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    if _debug is None:
+        _debug = _stderr_handler()
         logger.addHandler(_debug)
         logger.setLevel(logging.DEBUG)
-    elif not on and _debug is not None:
+    else:
         logger.removeHandler(_debug)
         logger.setLevel(logging.NOTSET)
         _debug = None
 
 
-class _StderrHandler(logging.Handler):
-    """Writes to whatever ``sys.stderr`` is now (the live status may have wrapped it)."""
+def _stderr_handler() -> logging.Handler:
+    import logging
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            sys.stderr.write(self.format(record) + "\n")
-        except Exception:
-            self.handleError(record)
+    class StderrHandler(logging.Handler):
+        """Writes to whatever ``sys.stderr`` is now (the live status may have wrapped it)."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                sys.stderr.write(self.format(record) + "\n")
+            except Exception:
+                self.handleError(record)
+
+    handler = StderrHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    return handler
 
 
 def _debug_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -122,9 +266,9 @@ DEBUG_OPTION = click.option(
 
 
 def _local_threads_flag(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
+    global _local_threads
     if value is not None:
-        defaults = local.local_defaults()
-        local.set_local_defaults(dataclasses.replace(defaults, n_threads=value))
+        _local_threads = value
 
 
 LOCAL_THREADS_OPTION = click.option(
@@ -186,7 +330,29 @@ def _read_text(path: Path) -> str:
 
 def local_model_available() -> bool:
     """Whether the embedded model's extra is installed (tests replace this)."""
+    from taskdecomp.models.local import is_available
+
     return is_available()
+
+
+@contextlib.contextmanager
+def needs_extra(command: str, extra: str, *packages: str) -> Iterator[None]:
+    """Turn the import of a missing ``packages`` in the block into a usage error.
+
+    The error names the extra that installs them; a package missing from an installed one
+    (a broken install) is left as it is.
+
+    Raises:
+        ConfigError: one of ``packages`` is not installed.
+    """
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in packages:
+            raise
+        raise ConfigError(
+            f"'taskdecomp {command}' needs the {extra} extra: pip install 'taskdecomp[{extra}]'"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -200,13 +366,16 @@ def open_run_store(
     ``--db`` is an error instead of an empty new store.
 
     Raises:
-        StoreError: the store cannot be opened, or (without ``create``) it does not exist.
+        StoreConfigError: the store cannot be opened, or (without ``create``) it does not exist.
     """
+    from taskdecomp.cli.display import console, literal
+    from taskdecomp.store import open_store
+
     url = settings.store_url(db)
     path = sqlite_file(url)
     new = path is not None and not path.exists()
     if new and not create:
-        raise StoreError(
+        raise StoreConfigError(
             f"no run store at {str(path)!r}: nothing has run with it yet, or the path is "
             "mistyped; check --db / TASKDECOMP_DATABASE_URL (taskdecomp run creates it)"
         )
@@ -221,6 +390,8 @@ def open_run_store(
 
 def sqlite_file(url: str) -> Path | None:
     """The file of a SQLite store URL; ``None`` for PostgreSQL and in-memory stores."""
+    from taskdecomp.store import normalize_url
+
     parsed = normalize_url(url)
     database = parsed.database
     if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
@@ -233,27 +404,26 @@ def build_models(
     combiner: str | None,
     *,
     base_url: str | None,
-    openai_settings: OpenAISettings,
 ) -> tuple[Model, Model | None]:
-    """The planner's and combiner's models; ``--base-url`` goes to the ``openai:`` ones.
+    """The planner's and combiner's models; ``--base-url`` goes to those that connect.
 
     Model strings are resolved here, before anything is opened or created, so a bad one is
-    a usage error with nothing left behind.
+    a usage error with nothing left behind. ``--base-url`` reaches every provider that
+    connects to a server (``openai``, or a plugin's).
     """
+    from taskdecomp.models import PROVIDERS, Connection, connects, resolve_model
+
     specs = [planner] if combiner is None else [planner, combiner]
-    if base_url and not any(spec.partition(":")[0] == "openai" for spec in specs):
+    if base_url and not any(connects(spec.partition(":")[0]) for spec in specs):
+        servers = [name for name in PROVIDERS.names() if connects(name)]
         raise ConfigError(
-            f"--base-url applies to openai: models only, not {planner!r}; "
-            "use --model openai:MODEL with it"
+            f"--base-url applies to models of a provider that connects to a server "
+            f"({', '.join(servers)}), not {planner!r}; use --model {servers[0]}:MODEL with it"
         )
+    connection = Connection(base_url=base_url)
 
     def build(spec: str) -> Model:
-        provider, _, rest = spec.partition(":")
-        if provider != "openai":
-            return resolve_model(spec)
-        from taskdecomp.models.openai import openai_model
-
-        return openai_model(rest, base_url=base_url, settings=openai_settings)
+        return resolve_model(spec, connection=connection)
 
     return build(planner), build(combiner) if combiner is not None else None
 
@@ -264,6 +434,9 @@ def load_tools(source: str) -> Toolset:
     Raises:
         ToolsetError: it cannot be loaded.
     """
+    from taskdecomp.cli.display import console, literal
+    from taskdecomp.tools import load_toolset
+
     toolset = load_toolset(source)
     err = console(stderr=True)
     for name, why in toolset.skipped.items():
@@ -285,6 +458,8 @@ def echo_json(data: Any) -> None:
         click.ClickException: ``data`` has no strict JSON form (a NaN kept by an older
             version, say); nothing is printed on stdout.
     """
+    from taskdecomp import jsonsafe
+
     try:
         text = jsonsafe.dumps(data, indent=2, ensure_ascii=False)
         try:

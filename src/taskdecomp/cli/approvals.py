@@ -7,12 +7,18 @@ from typing import Any
 
 import click
 
-from taskdecomp.cli._app import DB_OPTION, DEBUG_OPTION, LOCAL_THREADS_OPTION, app, open_run_store
+from taskdecomp.cli._app import (
+    DB_OPTION,
+    DEBUG_OPTION,
+    LOCAL_THREADS_OPTION,
+    app,
+    load_settings,
+    open_run_store,
+)
 from taskdecomp.cli.runs import report, until_done
+from taskdecomp.engine import approve, reject
 from taskdecomp.errors import ConfigError
 from taskdecomp.jsonsafe import loads
-from taskdecomp.settings import load_settings
-from taskdecomp.strategies.approval import approve, reject
 
 
 @app.command("approve")

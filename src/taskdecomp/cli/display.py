@@ -2,20 +2,24 @@
 
 User and model text (goals, titles, tool errors, answers) is printed literally, as
 :class:`rich.text.Text`: never read as markup or emoji codes, so ``openai:m:`` stays as it
-is. Tables keep identifiers and states whole and shrink the free text instead. While a run
+is. Tables keep identifiers and states whole and shrink the free text instead; a column that
+breaks its lines at chosen characters (a stop reason after ``:``, a path after ``/``) never
+splits a word. While a run
 works, :class:`Activity` keeps a live status line on a terminal (what runs, for how long,
 tokens so far) and prints one plain line per phase elsewhere.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
-from rich.cells import cell_len
+from rich.cells import cell_len, chop_cells
 from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.spinner import Spinner
@@ -70,7 +74,8 @@ class Column:
 
     header: str
     kind: Literal["keep", "wrap", "flex"] = "keep"
-    """``keep``: always whole (ids, states); ``wrap``: folded onto more lines;
+    """``keep``: always whole (ids, states); ``wrap``: onto more lines, between words (a
+    word wider than the column is folded, unless :attr:`breaks` says where it may break);
     ``flex``: shrinks first, cut with an ellipsis (the one free-text column)."""
     min_width: int = 10
     """Narrowest a ``wrap`` or ``flex`` column gets."""
@@ -78,6 +83,13 @@ class Column:
     """When even the narrowest layout does not fit, columns with ``drop`` > 0 are left out,
     the highest first."""
     justify: Literal["left", "right"] = "left"
+    breaks: str = ""
+    """``wrap``: where a line may break besides a space, the most welcome first. ``":_"``
+    breaks a stop reason after a colon, and after an underscore only when a part between
+    colons is still too wide. Such a column never splits a word: it is as narrow as its
+    longest word allows (``min_width`` is unused), and only a word wider than that is cut."""
+    lines: int = 1
+    """``flex``: how many lines the text fills, broken between words, before its ellipsis."""
 
 
 def fitted_table(
@@ -88,18 +100,10 @@ def fitted_table(
     title: str | None = None,
 ) -> Table:
     """A table no wider than ``width`` whenever its ``keep`` columns allow it."""
-    natural = [
-        max([cell_len(c.header), *(_widest(row[i]) for row in rows)]) for i, c in enumerate(columns)
-    ]
-    shown = list(range(len(columns)))
-    widths = _fit(columns, natural, shown, width)
-    while widths is None:
-        droppable = [i for i in shown if columns[i].drop > 0]
-        if not droppable:
-            widths = _narrowest(columns, natural, shown)
-            break
-        shown.remove(max(droppable, key=lambda i: columns[i].drop))
-        widths = _fit(columns, natural, shown, width)
+    cells = [[Text(c.header), *(row[i] for row in rows)] for i, c in enumerate(columns)]
+    natural = [max(_widest(cell) for cell in column) for column in cells]
+    shown, widths = _layout(columns, cells, natural, width)
+    _tighten(columns, cells, natural, shown, widths)
     table = Table(
         title=title,
         title_justify="left",
@@ -112,14 +116,14 @@ def fitted_table(
     for i in shown:
         column = columns[i]
         table.add_column(
-            column.header,
+            _shaped(column, cells[i][0], widths[i]),
             width=widths[i],
             justify=column.justify,
-            no_wrap=column.kind != "wrap",
+            no_wrap=column.kind != "wrap" or bool(column.breaks),
             overflow="fold" if column.kind == "wrap" else "ellipsis",
         )
     for row in rows:
-        table.add_row(*(row[i] for i in shown))
+        table.add_row(*(_shaped(columns[i], row[i], widths[i]) for i in shown))
     return table
 
 
@@ -127,37 +131,150 @@ def _widest(cell: Text) -> int:
     return max((cell_len(part) for part in cell.plain.splitlines()), default=0)
 
 
+def _layout(
+    columns: Sequence[Column], cells: list[list[Text]], natural: list[int], width: int
+) -> tuple[list[int], dict[int, int]]:
+    """The columns shown and their widths.
+
+    Columns that break at chosen characters are first kept to their longest word (columns
+    are dropped for that), then allowed down to their longest part between two breaks.
+    """
+    words = [_floor(c, cells[i], natural[i], fine=False) for i, c in enumerate(columns)]
+    parts = [_floor(c, cells[i], natural[i], fine=True) for i, c in enumerate(columns)]
+    for floors in (words, parts):
+        shown = list(range(len(columns)))
+        widths = _fit(columns, natural, words, floors, shown, width)
+        while widths is None:
+            droppable = [i for i in shown if columns[i].drop > 0]
+            if not droppable:
+                break
+            shown.remove(max(droppable, key=lambda i: columns[i].drop))
+            widths = _fit(columns, natural, words, floors, shown, width)
+        if widths is not None:
+            return shown, widths
+    return shown, {i: parts[i] for i in shown}
+
+
+def _floor(column: Column, cells: list[Text], natural: int, *, fine: bool) -> int:
+    """The narrowest ``column`` gets: whole for ``keep``, its longest word with breaks."""
+    if column.kind == "keep":
+        return natural
+    if _breaking(column):
+        marks = " " + (column.breaks if fine else column.breaks[:-1])
+        return max(cell_len(part.rstrip(" ")) for c in cells for part in _parts(c.plain, marks))
+    return min(column.min_width, natural)
+
+
+def _breaking(column: Column) -> bool:
+    return column.kind == "wrap" and bool(column.breaks)
+
+
+def _parts(text: str, marks: str) -> list[str]:
+    """``text`` cut after each of the ``marks``."""
+    return re.split(f"(?<=[{re.escape(marks)}])", text)
+
+
 def _fit(
-    columns: Sequence[Column], natural: list[int], shown: list[int], width: int
+    columns: Sequence[Column],
+    natural: list[int],
+    words: list[int],
+    floors: list[int],
+    shown: list[int],
+    width: int,
 ) -> dict[int, int] | None:
     """Widths for the ``shown`` columns within ``width``, or ``None``.
 
-    The flex column shrinks first, then the wrap columns, widest first; ``None`` when
-    they do not fit even at their narrowest.
+    Columns that break between words shrink first, as far as their longest word; then the
+    flex column; then the wrap columns, the widest first each time. ``None`` when they do
+    not fit even at their ``floors``.
     """
     widths = {i: natural[i] for i in shown}
     excess = sum(widths.values()) + GAP * (len(shown) - 1) - width
-    for i in (i for i in shown if columns[i].kind == "flex"):
-        cut = min(excess, widths[i] - min(columns[i].min_width, natural[i]))
-        if cut > 0:
-            widths[i] -= cut
-            excess -= cut
-    wrapping = [i for i in shown if columns[i].kind == "wrap"]
+    excess = _shrink(widths, {i: words[i] for i in shown if _breaking(columns[i])}, excess)
+    excess = _shrink(widths, {i: floors[i] for i in shown if columns[i].kind == "flex"}, excess)
+    excess = _shrink(widths, {i: floors[i] for i in shown if columns[i].kind == "wrap"}, excess)
+    return widths if excess <= 0 else None
+
+
+def _shrink(widths: dict[int, int], floors: dict[int, int], excess: int) -> int:
+    """Take up to ``excess`` cells from the columns in ``floors``, the widest first."""
     while excess > 0:
-        roomy = [i for i in wrapping if widths[i] > min(columns[i].min_width, natural[i])]
+        roomy = [i for i in floors if widths[i] > floors[i]]
         if not roomy:
-            return None
+            break
         widest = max(roomy, key=lambda i: widths[i])
         widths[widest] -= 1
         excess -= 1
-    return widths
+    return excess
 
 
-def _narrowest(columns: Sequence[Column], natural: list[int], shown: list[int]) -> dict[int, int]:
-    return {
-        i: natural[i] if columns[i].kind == "keep" else min(columns[i].min_width, natural[i])
-        for i in shown
-    }
+def _tighten(
+    columns: Sequence[Column],
+    cells: list[list[Text]],
+    natural: list[int],
+    shown: list[int],
+    widths: dict[int, int],
+) -> None:
+    """Give what a breaking column leaves unused (its lines end at breaks) to the flex one."""
+    spare = 0
+    for i in shown:
+        if _breaking(columns[i]):
+            used = max(_widest(_shaped(columns[i], cell, widths[i])) for cell in cells[i])
+            spare += widths[i] - used
+            widths[i] = used
+    for i in (i for i in shown if columns[i].kind == "flex"):
+        widths[i] = min(natural[i], widths[i] + spare)
+
+
+def _shaped(column: Column, cell: Text, width: int) -> Text:
+    """``cell`` as ``column`` prints it at ``width``: broken where it may be, or cut."""
+    if _breaking(column):
+        return _broken(cell, width, " " + column.breaks)
+    if column.kind == "flex" and column.lines > 1:
+        lines = _broken(cell, width, " ").split("\n")
+        if len(lines) <= column.lines:
+            return Text("\n").join(lines)
+        last = lines[column.lines - 1]
+        if cell_len(last.plain) >= width:  # no room for the ellipsis: drop the last word
+            space = last.plain.rfind(" ")
+            if space > 0:
+                last.right_crop(len(last) - space)
+            else:
+                last.truncate(width - 1)
+        last.append("…")
+        return Text("\n").join(lines[: column.lines])
+    return cell
+
+
+def _broken(cell: Text, width: int, marks: str) -> Text:
+    """``cell`` on lines of at most ``width`` cells, broken after its ``marks``."""
+    pieces = _wrapped(cell.plain, width, marks)
+    lines = cell.divide(itertools.accumulate(len(piece) for piece in pieces[:-1]))
+    for line in lines:
+        line.rstrip()
+    return Text("\n").join(lines)
+
+
+def _wrapped(text: str, width: int, marks: str) -> list[str]:
+    """``text`` in pieces of at most ``width`` cells (trailing spaces aside) that join into it.
+
+    A piece ends after ``marks[0]`` where the text allows, else after the next mark; only a
+    piece without any mark is cut where the width ends.
+    """
+    if cell_len(text.rstrip(" ")) <= width:
+        return [text]
+    if not marks:
+        body = text.rstrip(" ")
+        chunks = chop_cells(body, width)
+        chunks[-1] += text[len(body) :]
+        return chunks
+    pieces: list[str] = []
+    for part in _parts(text, marks[0]):
+        if pieces and cell_len((pieces[-1] + part).rstrip(" ")) <= width:
+            pieces[-1] += part
+        elif part:
+            pieces.extend(_wrapped(part, width, marks[1:]))
+    return pieces
 
 
 @dataclass(kw_only=True)

@@ -7,11 +7,11 @@ import dataclasses
 import shlex
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from taskdecomp import durable, stops
+from taskdecomp import stops
 from taskdecomp.cli import _app, views
 from taskdecomp.cli._app import (
     DB_OPTION,
@@ -26,22 +26,22 @@ from taskdecomp.cli._app import (
     build_models,
     debug_enabled,
     echo_json,
+    load_settings,
     load_tools,
     names,
     open_run_store,
     read_goal,
 )
 from taskdecomp.cli.display import Activity, console, literal
-from taskdecomp.durable import Durability
+from taskdecomp.cli.strategies import OPTION_OPTION, STRATEGY_OPTION, strategy_options
+from taskdecomp.durability import Durability
 from taskdecomp.events import Event, RunStopped, Subscriber
 from taskdecomp.models import Model
 from taskdecomp.prompts import check_directory
 from taskdecomp.run import RunId, RunResult
-from taskdecomp.runtime import run_blocking
-from taskdecomp.settings import choose_model, load_openai_settings, load_settings
-from taskdecomp.store import RunSummary, StoredRun
-from taskdecomp.strategies.plan_execute import STRATEGIES, Strategy, resume, run
-from taskdecomp.strategies.replan import PROMPT_NAMES, ReplanOptions
+
+if TYPE_CHECKING:
+    from taskdecomp.store import RunSummary, StoredRun
 
 
 @app.command("run")
@@ -72,13 +72,8 @@ from taskdecomp.strategies.replan import PROMPT_NAMES, ReplanOptions
 @click.option(
     "--max-cost-usd", type=click.FloatRange(min=0), help="Most model spend in USD. [none]"
 )
-@click.option(
-    "--strategy",
-    type=click.Choice(STRATEGIES),
-    default="plan_execute",
-    show_default=True,
-    help="plan_execute: plan once, run, combine. replan: plan, run the ready steps, replan.",
-)
+@STRATEGY_OPTION
+@OPTION_OPTION
 @click.option(
     "--max-iterations",
     type=click.IntRange(min=1),
@@ -118,7 +113,8 @@ def run_command(
     combiner_model: str | None,
     base_url: str | None,
     allow: str | None,
-    strategy: Strategy,
+    strategy: str,
+    option_pairs: tuple[str, ...],
     max_iterations: int | None,
     max_agent_turns: int | None,
     approve_plan: bool,
@@ -139,7 +135,25 @@ def run_command(
     """
     text = read_goal(goal, goal_file)
     assert text is not None  # read_goal requires one
-    replan = _replan_options(strategy, max_iterations, max_agent_turns, approve_plan, prompts)
+    if prompts is not None:
+        from taskdecomp.strategies.replan import PROMPT_NAMES
+
+        check_directory(prompts, PROMPT_NAMES)
+    options = strategy_options(
+        strategy,
+        {
+            ("max_iterations", "--max-iterations"): max_iterations,
+            ("max_agent_turns", "--max-agent-turns"): max_agent_turns,
+            ("approve_plan", "--approve-plan"): approve_plan,
+            ("prompts", "--prompts"): prompts,
+        },
+        option_pairs,
+        hints={"approve_plan": APPROVE_PLAN_HINT},
+    )
+    from taskdecomp import durable  # the engine, once the arguments are known to be right
+    from taskdecomp.engine import run
+    from taskdecomp.settings import choose_model, load_openai_settings
+
     settings = load_settings()
     budget = settings.budget(**budget_flags)
     openai_settings = load_openai_settings()
@@ -147,7 +161,6 @@ def run_command(
         choose_model(model, settings, openai_settings, local_available=_app.local_model_available),
         combiner_model or settings.combiner_model,
         base_url=base_url,
-        openai_settings=openai_settings,
     )
     allowed = names(allow)
     durable.lease_seconds(settings.lease_seconds)  # refused here, before a store is created
@@ -164,7 +177,7 @@ def run_command(
                 on_event=on_event,
                 store=store,
                 strategy=strategy,
-                replan=replan,
+                options=options,
                 lease_seconds=settings.lease_seconds,
                 durability=durability or settings.durability,
                 stream_plan=settings.stream_plan if stream_plan is None else stream_plan,
@@ -185,6 +198,8 @@ def until_done(
 
     Without ``as_json``, stderr shows what the run does while it works (:class:`Activity`).
     """
+    from taskdecomp.runtime import run_blocking
+
     ended: list[RunResult] = []
     activity = None if as_json else Activity(console(stderr=True))
 
@@ -203,49 +218,47 @@ def until_done(
         report(ended[-1], as_json=as_json, show=show)
         _stopped_by_ctrl_c(ended[-1], db)
         return EXIT_INTERRUPTED
-    return report(result, as_json=as_json, show=show)
+    code = report(result, as_json=as_json, show=show)
+    _stopped_at_deadline(result, db)
+    return code
 
 
 def _stopped_by_ctrl_c(result: RunResult, db: str | None) -> None:
     if result.stop_reason != stops.CANCELLED:
         return
-    where = f" --db {shlex.quote(db)}" if db else ""
     console(stderr=True).print(
         literal(
             f"stopped by Ctrl-C; run {result.run_id} is stored as cancelled. Continue it with: "
-            f"taskdecomp resume {result.run_id}{where}",
+            f"taskdecomp resume {result.run_id}{_db_flag(db)}",
             "yellow",
         ),
         soft_wrap=True,
     )
 
 
-def _replan_options(
-    strategy: Strategy,
-    max_iterations: int | None,
-    max_agent_turns: int | None,
-    approve_plan: bool,
-    prompts: Path | None,
-) -> ReplanOptions | None:
-    given = {
-        "--max-iterations": max_iterations is not None,
-        "--max-agent-turns": max_agent_turns is not None,
-        "--approve-plan": approve_plan,
-        "--prompts": prompts is not None,
-    }
-    if strategy != "replan":
-        used = [flag for flag, on in given.items() if on]
-        if used:
-            raise click.UsageError(f"{', '.join(used)} apply to --strategy replan only")
-        return None
-    if prompts is not None:
-        check_directory(prompts, PROMPT_NAMES)
-    return ReplanOptions(
-        max_iterations=max_iterations or 10,
-        max_agent_turns=max_agent_turns or 20,
-        approve_plan=approve_plan,
-        prompts=prompts,
+APPROVE_PLAN_HINT = (
+    "to have the plan approved before it runs (with plan_execute, a tool marked "
+    "@tool(needs_approval=True) waits for approval before each call)"
+)
+"""Said when ``--approve-plan`` is given to a strategy without plan approvals."""
+
+
+def _stopped_at_deadline(result: RunResult, db: str | None) -> None:
+    """Say that a run out of time keeps what it did, and how to give it more."""
+    if result.stop_reason != stops.MAX_SECONDS:
+        return
+    console(stderr=True).print(
+        literal(
+            f"run {result.run_id} is stored with the steps it finished. Give it more time "
+            f"with: taskdecomp resume {result.run_id} --max-seconds SECONDS{_db_flag(db)}",
+            "yellow",
+        ),
+        soft_wrap=True,
     )
+
+
+def _db_flag(db: str | None) -> str:
+    return f" --db {shlex.quote(db)}" if db else ""
 
 
 def report(
@@ -340,6 +353,9 @@ def resume_command(
     (an unknown run id, no store, a run owned by another process, a run that waits for
     approval), 130 on Ctrl-C.
     """
+    from taskdecomp import durable
+    from taskdecomp.engine import resume
+
     settings = load_settings()
     with open_run_store(settings, db) as store:
         stored = store.load_run(RunId(run_id))
@@ -358,10 +374,7 @@ def resume_command(
         if max_seconds is not None:
             budget = dataclasses.replace(budget, max_seconds=max_seconds)
         planner, combiner = _resume_models(stored, model, combiner_model, base_url)
-        workflow = durable.stored_config(stored).strategy == "workflow"
-        source = tools or stored.tools
-        if source is None and not workflow:  # a workflow has tools of its own
-            source = durable.require(stored.tools, "tools", stored.run_id)
+        source = tools or stored.tools  # none stored: the strategy's own (a workflow's) or an error
         toolset = load_tools(source) if source is not None else None
         return until_done(
             lambda on_event: resume(
@@ -384,13 +397,13 @@ def resume_command(
 def _resume_models(
     stored: StoredRun, model: str | None, combiner_model: str | None, base_url: str | None
 ) -> tuple[Model | None, Model | str | None]:
+    from taskdecomp import durable
+
     planner_spec = model or stored.model
     if planner_spec is None:
         return None, combiner_model  # resume() explains what is missing
     combiner_spec = combiner_model or durable.stored_config(stored).combiner_model
-    return build_models(
-        planner_spec, combiner_spec, base_url=base_url, openai_settings=load_openai_settings()
-    )
+    return build_models(planner_spec, combiner_spec, base_url=base_url)
 
 
 def _summary_dict(summary: RunSummary) -> dict[str, Any]:

@@ -8,20 +8,22 @@ from typing import Any
 
 import click
 
-from taskdecomp import durable
 from taskdecomp.cli._app import (
+    BASE_URL_OPTION,
     DB_OPTION,
     DEBUG_OPTION,
     DURABILITY_OPTION,
     LOCAL_THREADS_OPTION,
     app,
     echo_json,
+    load_settings,
     names,
+    needs_extra,
     open_run_store,
 )
 from taskdecomp.cli.display import console, literal
-from taskdecomp.durable import Durability
-from taskdecomp.settings import load_settings
+from taskdecomp.cli.strategies import OPTION_OPTION, STRATEGY_OPTION, strategy_options
+from taskdecomp.durability import Durability
 
 QUEUE_OPTION = click.option(
     "--queue", default="default", show_default=True, help="The queue to use."
@@ -60,6 +62,7 @@ QUEUE_OPTION = click.option(
     help="Worker deaths a run survives before it is parked as poisoned.",
 )
 @click.option("--executor-id", help="This worker's name in the queue (default: host-pid).")
+@BASE_URL_OPTION
 @DURABILITY_OPTION
 @DEBUG_OPTION
 @LOCAL_THREADS_OPTION
@@ -71,6 +74,7 @@ def worker_command(
     models: tuple[str, ...],
     max_recoveries: int,
     executor_id: str | None,
+    base_url: str | None,
     durability: Durability | None,
 ) -> int:
     """Take runs off a queue and execute them, until Ctrl-C or SIGTERM.
@@ -79,12 +83,18 @@ def worker_command(
     PostgreSQL URL) and the same --tools / --model names. A worker also delivers again the
     runs of a worker that died, once their lease (TASKDECOMP_LEASE_SECONDS) has run out.
     """
+    with needs_extra("worker", "scale", "dbos"):
+        import dbos  # noqa: F401  # the queue: without it, say so before anything is opened
+
+    from taskdecomp import durable
     from taskdecomp.scale.registry import Registry
     from taskdecomp.scale.runs import Execution
     from taskdecomp.scale.worker import Worker
 
     settings = load_settings()
-    registry = Registry.parse(tools, models)
+    from taskdecomp.models import Connection
+
+    registry = Registry.parse(tools, models, Connection(base_url=base_url))
     registry.load()
     url = settings.store_url(db)
     with open_run_store(settings, db) as store:
@@ -131,6 +141,8 @@ def worker_command(
     type=click.FloatRange(min=0, min_open=True),
     help="Deadline from the run's first start, across worker deaths. [60]",
 )
+@STRATEGY_OPTION
+@OPTION_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print {run_id, new} as JSON.")
 @DB_OPTION
 @DEBUG_OPTION
@@ -141,6 +153,8 @@ def submit_command(
     queue: str,
     idempotency_key: str | None,
     allow: str | None,
+    strategy: str,
+    option_pairs: tuple[str, ...],
     as_json: bool,
     db: str | None,
     **budget_flags: Any,
@@ -149,8 +163,12 @@ def submit_command(
 
     `runs`, `show`, `resume` and `cancel` work on queued runs as on any other.
     """
+    with needs_extra("submit", "scale", "dbos"):
+        import dbos  # noqa: F401  # the queue: without it the run would be stored, never queued
+
     from taskdecomp.scale.submit import submit
 
+    options = strategy_options(strategy, {}, option_pairs)
     settings = load_settings()
     budget = settings.budget(**budget_flags)
     url = settings.store_url(db)
@@ -165,6 +183,8 @@ def submit_command(
             idempotency_key=idempotency_key,
             allow=names(allow),
             budget=budget,
+            strategy=strategy,
+            options=options,
         )
     if as_json:
         echo_json({"run_id": run_id, "new": new})

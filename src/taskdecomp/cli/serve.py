@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from types import FrameType
 from typing import Any
@@ -10,14 +9,15 @@ from typing import Any
 import click
 
 from taskdecomp.cli import _app
-from taskdecomp.cli._app import DB_OPTION, LOCAL_THREADS_OPTION, app
-from taskdecomp.errors import ConfigError
-from taskdecomp.settings import (
-    choose_model,
-    load_decomp_settings,
-    load_openai_settings,
+from taskdecomp.cli._app import (
+    BASE_URL_OPTION,
+    DB_OPTION,
+    LOCAL_THREADS_OPTION,
+    app,
     load_settings,
+    needs_extra,
 )
+from taskdecomp.settings import choose_model, load_decomp_settings, load_openai_settings
 
 GRACE_SECONDS = 3
 """How long open connections get to finish once the server is told to stop."""
@@ -42,6 +42,7 @@ GRACE_SECONDS = 3
     help="A model runs may use; repeat for more (the first is the default).  "
     "[default: as for run: TASKDECOMP_MODEL, openai, local]",
 )
+@BASE_URL_OPTION
 @click.option("--decomp-model", help="The decomposer's model.  [env: DECOMP_MODEL]")
 @click.option("--chat-model", help="The chat agent's model; without it POST /chat is off.")
 @click.option(
@@ -74,6 +75,7 @@ def serve_command(
     port: int,
     toolsets: tuple[str, ...],
     models: tuple[str, ...],
+    base_url: str | None,
     decomp_model: str | None,
     chat_model: str | None,
     cors_origins: tuple[str, ...],
@@ -89,16 +91,21 @@ def serve_command(
     the chat agent use the same store as the other commands. SIGTERM or Ctrl-C stops taking
     work, cancels runs in flight (stored as cancelled, resumable) and exits.
     """
-    config = _config(host, toolsets, models, decomp_model, chat_model, cors_origins, db)
-    config = dataclasses.replace(config, executor=executor, queue=queue)
-    try:
+    with needs_extra("serve", "server", "fastapi", "uvicorn"):
         import uvicorn
 
         from taskdecomp.server import create_app, open_service
-    except ImportError as exc:
-        raise ConfigError(
-            f"the service needs its extra ({exc.name} is missing): pip install 'taskdecomp[server]'"
-        ) from None
+    if executor == "queue":
+        with needs_extra("serve --executor queue", "scale", "dbos"):
+            import dbos  # noqa: F401  # the queue: say so before the server starts
+    config = _config(host, toolsets, models, decomp_model, chat_model, cors_origins, db)
+    if base_url:
+        import dataclasses
+
+        from taskdecomp.models import Connection
+
+        config = dataclasses.replace(config, connection=Connection(base_url=base_url))
+    config = dataclasses.replace(config, executor=executor, queue=queue)
     service = open_service(config)
     where = f"store: {service.store.name}"
     if executor == "queue":

@@ -21,17 +21,13 @@ from taskdecomp.cli._app import (
     app,
     build_models,
     echo_json,
+    load_settings,
     open_run_store,
     read_goal,
 )
 from taskdecomp.cli.display import Activity, Column, console, fitted_table, line, literal
 from taskdecomp.decomposition import DecompositionResult
-from taskdecomp.settings import (
-    choose_model,
-    load_decomp_settings,
-    load_openai_settings,
-    load_settings,
-)
+from taskdecomp.settings import choose_model, load_decomp_settings, load_openai_settings
 from taskdecomp.store.trees import TreeRepository
 from taskdecomp.strategies.decompose import PlanDecomposer
 from taskdecomp.tree import NodeId, PlanTree, PlanTreeId
@@ -108,9 +104,7 @@ def decompose_command(
         spec = choose_model(
             None, settings, openai_settings, local_available=_app.local_model_available
         )
-    decomposer_model, _ = build_models(
-        spec, None, base_url=base_url, openai_settings=openai_settings
-    )
+    decomposer_model, _ = build_models(spec, None, base_url=base_url)
     activity = None if as_json else Activity(console(stderr=True))
     with open_run_store(settings, db, create=goal is not None, quiet=as_json) as store:
         repository = TreeRepository(store)

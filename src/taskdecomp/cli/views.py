@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.panel import Panel
@@ -20,10 +20,16 @@ from rich.text import Text
 from taskdecomp.cli.display import Column, fitted_table, line, literal
 from taskdecomp.plan import Plan, Step
 from taskdecomp.run import RunResult
-from taskdecomp.store import RunSummary, StoredRun
+
+if TYPE_CHECKING:
+    from taskdecomp.store import RunSummary, StoredRun
 
 WIDE = 120
 """From this width on, ``runs`` prints whole start times (else month, day, hours, minutes)."""
+TEXT_LIMIT = 200
+"""Most characters of a step's title, arguments or instruction in a plan table."""
+GOAL_WIDTH = 16
+"""The narrowest goal column of ``runs``: three lines of it show at least 30 characters."""
 
 
 def summary(console: Console, result: RunResult, *, debug: bool = False) -> None:
@@ -34,11 +40,11 @@ def summary(console: Console, result: RunResult, *, debug: bool = False) -> None
     )
     if result.llm_phase:
         console.print(line("llm_phase: ", result.llm_phase))
-    if result.message:
+    if result.message and result.approval is None:  # an approval says it with the run's id
         console.print(literal(result.message, "dim"))
     if result.stop_reason.startswith("tool_error:") and not debug:
         console.print(literal("add --debug to see where the tool raised (file and line)", "dim"))
-    if result.approval is not None:
+    if result.approval is not None and not _in_table(result.approval, result.plan):
         _approval(console, result.run_id, result.approval)
     if result.plan is not None:
         outcomes = {entry.step_id: entry for entry in result.trace}
@@ -50,6 +56,8 @@ def summary(console: Console, result: RunResult, *, debug: bool = False) -> None
             return "ok" if entry.ok else (entry.stop_reason or "cancelled")
 
         console.print(_plan_table(result.plan, "result", outcome, width=console.width))
+        if result.approval is not None and _in_table(result.approval, result.plan):
+            _plan_approval(console, result.run_id, result.approval)
     elif result.raw_plan is not None:
         raw = _json(result.raw_plan, 2000)
         console.print(Panel(literal(raw), title="raw_plan", title_align="left"))
@@ -86,15 +94,16 @@ def show_stored(console: Console, stored: StoredRun) -> None:
     console.print(line("goal: ", literal(head.goal, limit=2000)))
     console.print(
         literal(
-            f"model {stored.model} · tools {stored.tools} · started {when(head.started_at)} · "
+            f"model {stored.model or '-'} · tools {stored.tools or '-'} · "
+            f"started {when(head.started_at)} · "
             f"segments {stored.segments}",
             "dim",
         )
     )
-    if stored.message:
-        console.print(literal(stored.message, "dim", limit=2000))
     pending = stored.pending_approval()
-    if pending is not None:
+    if stored.message and pending is None:
+        console.print(literal(stored.message, "dim", limit=2000))
+    if pending is not None and not _in_table(pending, stored.plan):
         _approval(console, stored.run_id, pending)
     if stored.lease is not None:
         lease = stored.lease
@@ -113,6 +122,8 @@ def show_stored(console: Console, stored: StoredRun) -> None:
                 stored.plan, "done", lambda s: "yes" if s.id in done else "-", width=console.width
             )
         )
+        if pending is not None and _in_table(pending, stored.plan):
+            _plan_approval(console, stored.run_id, pending)
     elif stored.raw_plan is not None:
         console.print(Panel(literal(_json(stored.raw_plan, 2000)), title="raw_plan"))
     _trace_table(console, stored)
@@ -125,15 +136,19 @@ def show_stored(console: Console, stored: StoredRun) -> None:
 
 
 def runs_table(console: Console, summaries: list[RunSummary], *, store_name: str) -> None:
-    """Print the list of runs: the id and status always whole, the goal cut to fit."""
+    """Print the list of runs: the id and status always whole, the goal cut to fit.
+
+    Below :data:`WIDE` columns the goal takes up to three lines, and the start time goes
+    before the goal gets narrower than :data:`GOAL_WIDTH`.
+    """
     short = console.width < WIDE
     columns = [
         Column(header="id"),
         Column(header="status"),
-        Column(header="stop reason", kind="wrap", min_width=11),
+        Column(header="stop reason", kind="wrap", breaks=":_"),
         Column(header="started", drop=1),
         Column(header="took", drop=2, justify="right"),
-        Column(header="goal", kind="flex", min_width=10),
+        Column(header="goal", kind="flex", min_width=GOAL_WIDTH, lines=3 if short else 1),
     ]
     rows = [
         [
@@ -166,13 +181,13 @@ def _plan_table(plan: Plan, last: str, mark: Callable[[Step], str], *, width: in
     ]
     if plan.is_dag:
         columns.append(Column(header="after", kind="wrap", min_width=8))
-    columns.append(Column(header=last, kind="wrap", min_width=8))
+    columns.append(Column(header=last, kind="wrap", breaks=":_"))  # a stop reason
     rows = []
     for no, step in enumerate(plan.steps, start=1):
         row = [
             literal(no),
             literal(step.id, limit=80),
-            literal(" ".join(step.title.split()), limit=200),
+            literal(" ".join(step.title.split()), limit=TEXT_LIMIT),
             literal(step.tool_name, limit=80),
             literal(_what(step)),
         ]
@@ -215,6 +230,20 @@ def _approval(console: Console, run_id: str, approval: Mapping[str, Any]) -> Non
     subject = _json(approval.get("subject"), 2000)
     title = f"waiting for approval: {approval.get('kind')}"
     console.print(Panel(literal(subject), title=literal(title), title_align="left"))
+    _decide(console, run_id)
+
+
+def _plan_approval(console: Console, run_id: str, approval: Mapping[str, Any]) -> None:
+    """Say which steps of the plan table above wait for approval."""
+    steps = [str(step.get("id")) for step in approval["subject"]["plan"]]
+    console.print(
+        line(("waiting for approval: ", "yellow"), f"steps {', '.join(steps)} of the plan above"),
+        soft_wrap=True,
+    )
+    _decide(console, run_id)
+
+
+def _decide(console: Console, run_id: str) -> None:
     console.print(
         literal(
             f"approve: taskdecomp approve {run_id}   reject: taskdecomp reject {run_id} "
@@ -224,11 +253,28 @@ def _approval(console: Console, run_id: str, approval: Mapping[str, Any]) -> Non
     )
 
 
+def _in_table(approval: Mapping[str, Any], plan: Plan | None) -> bool:
+    """Whether the plan table shows every step ``approval`` asks about, whole."""
+    subject = approval.get("subject")
+    asked = subject.get("plan") if isinstance(subject, Mapping) else None
+    if approval.get("kind") != "plan" or plan is None or not isinstance(asked, list):
+        return False
+    steps: dict[Any, Step] = {step.id: step for step in plan.steps}
+    return all(
+        isinstance(wanted, Mapping)
+        and (step := steps.get(wanted.get("id"))) is not None
+        and step.to_dict() == dict(wanted)
+        and len(step.title) <= TEXT_LIMIT
+        and len(step.instruction or json.dumps(dict(step.args), ensure_ascii=False)) <= TEXT_LIMIT
+        for wanted in asked
+    )
+
+
 def _what(step: Step) -> str:
     """A step's arguments, or its instruction."""
     if step.instruction is not None:
-        return step.instruction[:200]
-    return _json(dict(step.args), 200)
+        return step.instruction[:TEXT_LIMIT]
+    return _json(dict(step.args), TEXT_LIMIT)
 
 
 def _json(value: Any, limit: int) -> str:

@@ -8,7 +8,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from taskdecomp import durable
 from taskdecomp.cli import _app, views
@@ -21,16 +20,17 @@ from taskdecomp.cli._app import (
     app,
     build_models,
     echo_json,
+    load_settings,
     load_tools,
     names,
     open_run_store,
 )
-from taskdecomp.cli.display import console, line, literal
+from taskdecomp.cli.display import Column, console, fitted_table, line, literal
 from taskdecomp.cli.runs import until_done
-from taskdecomp.durable import Durability
+from taskdecomp.durability import Durability
 from taskdecomp.errors import ConfigError
 from taskdecomp.run import RunId, RunResult
-from taskdecomp.settings import BUDGET_FIELDS, choose_model, load_openai_settings, load_settings
+from taskdecomp.settings import BUDGET_FIELDS, choose_model, load_openai_settings
 from taskdecomp.store import StoredRun
 from taskdecomp.strategies.workflow import check_workflow
 from taskdecomp.strategies.workflow.api import DEFAULT_BUDGET, run_workflow, workflow_view
@@ -220,7 +220,6 @@ def run_command(
         choose_model(model, settings, openai_settings, local_available=_app.local_model_available),
         None,
         base_url=base_url,
-        openai_settings=openai_settings,
     )
     durable.lease_seconds(settings.lease_seconds)
     toolset = load_tools(tools) if tools is not None else None
@@ -311,47 +310,66 @@ def _print_view(out: Console, view: dict[str, Any]) -> None:
         ),
         soft_wrap=True,
     )
-    phases = Table(title="phases", title_justify="left", expand=False)
-    for name in ("#", "phase", "task", "try", "changed", "result"):
-        phases.add_column(name, overflow="fold")
+    columns = [
+        Column(header="#", justify="right"),
+        Column(header="phase"),
+        Column(header="task"),
+        Column(header="try", justify="right"),
+        Column(header="changed", kind="wrap", breaks="/"),
+        Column(header="result", kind="wrap", breaks="/"),
+    ]
+    rows = []
     for run in view["phases"]:
         changed = ", ".join(run["changed"])
         if run["out_of_scope"]:
             changed += " (out of scope: " + ", ".join(run["out_of_scope"]) + ")"
-        phases.add_row(
-            str(run["no"]),
-            literal(run["phase"] or "-", limit=80),
-            literal(run["task"] or "-", limit=80),
-            str(run["attempt"] or "-"),
-            literal(changed or "-", limit=300),
-            literal(_short(run["result"]), limit=200),
+        rows.append(
+            [
+                literal(run["no"]),
+                literal(run["phase"] or "-", limit=80),
+                literal(run["task"] or "-", limit=80),
+                literal(run["attempt"] or "-"),
+                literal(changed or "-", limit=300),
+                literal(_short(run["result"]), limit=200),
+            ]
         )
     for run in view["in_flight"]:
-        phases.add_row(
-            str(run["no"]),
-            literal(run["phase"] or "-"),
-            literal(run["task"] or "-"),
-            "-",
-            "-",
-            literal("in flight", "yellow"),
+        rows.append(
+            [
+                literal(run["no"]),
+                literal(run["phase"] or "-", limit=80),
+                literal(run["task"] or "-", limit=80),
+                literal("-"),
+                literal("-"),
+                literal("in flight", "yellow"),
+            ]
         )
-    out.print(phases)
+    out.print(fitted_table(columns, rows, width=out.width, title="phases"))
     if view["tasks"]:
-        tasks = Table(title="tasks", title_justify="left", expand=False)
-        for name in ("id", "title", "status", "attempts", "last feedback", "commit"):
-            tasks.add_column(name, overflow="fold")
-        for task in view["tasks"]:
-            tasks.add_row(
-                literal(task["id"], limit=80),
-                literal(task["title"], limit=120),
-                literal(
-                    task["status"], {"passed": "green", "failed": "red"}.get(task["status"], "")
-                ),
-                str(task["attempts"]),
-                literal(task["feedback"] or "-", limit=300),
-                literal((task["commit"] or "-")[:12]),
-            )
-        out.print(tasks)
+        _print_tasks(out, view["tasks"])
+
+
+def _print_tasks(out: Console, tasks: list[dict[str, Any]]) -> None:
+    columns = [
+        Column(header="id"),
+        Column(header="title", kind="wrap", breaks="/"),
+        Column(header="status"),
+        Column(header="attempts", justify="right"),
+        Column(header="last feedback", kind="wrap", breaks="/"),
+        Column(header="commit"),
+    ]
+    rows = [
+        [
+            literal(task["id"], limit=80),
+            literal(task["title"], limit=120),
+            literal(task["status"], {"passed": "green", "failed": "red"}.get(task["status"], "")),
+            literal(task["attempts"]),
+            literal(task["feedback"] or "-", limit=300),
+            literal((task["commit"] or "-")[:12]),
+        ]
+        for task in tasks
+    ]
+    out.print(fitted_table(columns, rows, width=out.width, title="tasks"))
 
 
 def _short(value: Any) -> str:

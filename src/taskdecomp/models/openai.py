@@ -36,7 +36,7 @@ import asyncio
 import json
 import random
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -44,6 +44,7 @@ from pydantic import BaseModel, ValidationError
 
 from taskdecomp.errors import ConfigError, ModelError, ModelTimeoutError
 from taskdecomp.models.base import ModelRequest, ModelResponse, estimate_tokens
+from taskdecomp.models.connection import Connection
 from taskdecomp.models.schemas import is_strict_compatible
 from taskdecomp.settings import OpenAISettings, load_openai_settings
 
@@ -142,7 +143,11 @@ class _Completion(BaseModel):
 
 
 def openai_model(
-    name: str = "", *, base_url: str | None = None, settings: OpenAISettings | None = None
+    name: str = "",
+    *,
+    base_url: str | None = None,
+    settings: OpenAISettings | None = None,
+    connection: Connection | None = None,
 ) -> OpenAIModel:
     """The model an ``openai:NAME`` string means, configured from the ``OPENAI_*`` settings.
 
@@ -150,17 +155,24 @@ def openai_model(
         name: the model; empty means ``$OPENAI_MODEL`` (default ``gpt-4.1-mini``).
         base_url: overrides ``OPENAI_BASE_URL`` (the CLI's ``--base-url``).
         settings: the settings to use; default: read the environment and ``.env``.
+        connection: overrides the settings it sets (base URL, the variable holding the
+            key, timeout, headers); ``base_url`` wins over its base URL.
 
     Raises:
-        ConfigError: a setting does not parse, or OpenAI itself is used without a key.
+        ConfigError: a setting does not parse, the key's variable is not set, or OpenAI
+            itself is used without a key.
     """
     settings = settings or load_openai_settings()
+    connection = connection or Connection()
     key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    if connection.api_key_env is not None:
+        key = connection.api_key()
     return OpenAIModel(
         name or settings.model,
         api_key=key,
-        base_url=base_url or settings.base_url,
-        timeout=settings.timeout_seconds,
+        base_url=base_url or connection.base_url or settings.base_url,
+        timeout=connection.timeout or settings.timeout_seconds,
+        headers=connection.headers,
     )
 
 
@@ -185,6 +197,7 @@ class OpenAIModel:
         api_key: the key; required for OpenAI itself, optional for a server at ``base_url``.
         base_url: an OpenAI-compatible server, e.g. ``http://127.0.0.1:8000/v1``.
         timeout: seconds one attempt may take.
+        headers: extra HTTP headers sent with every request (a proxy's routing header).
         retry: how failed attempts are repeated.
         max_output_tokens: cap on the answer's length (``max_tokens``); default: the server's.
         temperature: sampling temperature; 0 (the seed's) keeps plans repeatable.
@@ -202,6 +215,7 @@ class OpenAIModel:
         api_key: str | None = None,
         base_url: str | None = None,
         timeout: float = 60.0,
+        headers: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
         max_output_tokens: int | None = None,
         temperature: float = 0.0,
@@ -221,6 +235,7 @@ class OpenAIModel:
         self._api_key = api_key or "unused"  # compatible servers often want no key
         self._base_url = base_url
         self._timeout = timeout
+        self._headers = dict(headers or {})
         self._retry = retry or RetryPolicy()
         self._max_output_tokens = max_output_tokens
         self._temperature = temperature
@@ -277,6 +292,7 @@ class OpenAIModel:
             api_key=self._api_key,
             base_url=self._base_url,
             timeout=self._timeout,
+            default_headers=self._headers or None,
             max_retries=0,
         ) as client:
             attempt, form = 1, self.structured_output

@@ -6,7 +6,10 @@
 - ``{"responses": [...]}``, the same;
 - ``{"rules": [{"match": "<regex>", "response": ...}], "default": ...}``: the first rule
   whose regex matches the request's messages answers, so concurrent calls stay
-  deterministic; ``default`` answers when none matches.
+  deterministic; ``default`` answers when none matches. A rule may add ``"phase"`` (one
+  of ``plan``, ``execute``, ``decompose``, ``replan``, ``finalize``, ``chat``): it then
+  answers only calls of that phase, so one script can answer different roles about the
+  same text.
 
 Either object may add ``"latency_ms"``: every answer waits that long before it starts, and
 ``"stream_ms"``: every answer then arrives in pieces spread over that long (sent to
@@ -29,12 +32,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from taskdecomp.errors import ModelError, ModelNotFoundError, ModelTimeoutError
 from taskdecomp.models.base import ModelRequest, ModelResponse, estimate_tokens
+from taskdecomp.stops import LlmPhase
+
+Rule = tuple[str, Any] | tuple[str, Any, LlmPhase | None]
+"""A rule: a regex, its answer, and optionally the only phase it answers."""
 
 
 class _Rule(BaseModel):
     model_config = ConfigDict(extra="forbid")
     match: str
     response: Any
+    phase: LlmPhase | None = None
 
 
 class _Script(BaseModel):
@@ -56,7 +64,8 @@ class ScriptedModel:
 
     Args:
         responses: answers in call order.
-        rules: ``(regex, response)`` pairs; the first match answers.
+        rules: ``(regex, response)`` or ``(regex, response, phase)``; the first match answers
+            (a rule with a phase answers only calls of that phase).
         default: the answer when no rule matches (omit to fail instead).
         latency_ms: how long every answer waits before it starts.
         stream_ms: how long every answer then takes to arrive, in pieces.
@@ -67,7 +76,7 @@ class ScriptedModel:
         self,
         *,
         responses: Sequence[Any] | None = None,
-        rules: Sequence[tuple[str, Any]] | None = None,
+        rules: Sequence[Rule] | None = None,
         default: Any = _NO_DEFAULT,
         latency_ms: float = 0,
         stream_ms: float = 0,
@@ -76,7 +85,10 @@ class ScriptedModel:
         if (responses is None) == (rules is None):
             raise ValueError("give exactly one of responses or rules")
         self._responses = list(responses) if responses is not None else None
-        self._rules = [(re.compile(p, re.DOTALL), r) for p, r in rules] if rules else []
+        self._rules = [
+            (re.compile(rule[0], re.DOTALL), rule[1], rule[2] if len(rule) > 2 else None)
+            for rule in rules or ()
+        ]
         self._default = default
         self._latency = latency_ms / 1000
         self._stream = stream_ms / 1000
@@ -129,9 +141,9 @@ class ScriptedModel:
             script = _Script.model_validate(data)
             if (script.responses is None) == (script.rules is None):
                 raise ValueError("give exactly one of 'responses' or 'rules'")
-            rules = [(rule.match, rule.response) for rule in script.rules or []]
-            for pattern, _ in rules:
-                re.compile(pattern)
+            rules: list[Rule] = [(r.match, r.response, r.phase) for r in script.rules or []]
+            for rule in rules:
+                re.compile(rule[0])
         except (ValidationError, ValueError, re.error) as exc:
             raise ModelNotFoundError(
                 f"script file {str(path)!r} is not a valid script: {exc}"
@@ -185,8 +197,8 @@ class ScriptedModel:
                 )
             return self._responses.pop(0)
         text = request.text()
-        for pattern, response in self._rules:
-            if pattern.search(text):
+        for pattern, response, phase in self._rules:
+            if (phase is None or phase == request.phase) and pattern.search(text):
                 return response
         if self._default is _NO_DEFAULT:
             raise ModelError(

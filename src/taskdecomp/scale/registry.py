@@ -11,11 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from taskdecomp.errors import ConfigError
-from taskdecomp.models import Model, resolve_model
+from taskdecomp.models import Connection, Model, names_file, resolve_model
 from taskdecomp.tools import Toolset, load_toolset
-
-_FILE_PROVIDERS = ("scripted:", "local:")
-"""Model strings that name a file: only through the registry."""
 
 
 class Unavailable(LookupError):
@@ -34,16 +31,27 @@ class Registry:
     """Toolset name -> a .py file or an importable module."""
     models: Mapping[str, str] = field(default_factory=dict)
     """Model name -> a model string."""
+    connection: Connection = field(default_factory=Connection)
+    """Where models of a provider that connects to a server connect (``--base-url``)."""
     _loaded: dict[str, Toolset] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def parse(cls, tools: Iterable[str] = (), models: Iterable[str] = ()) -> Registry:
+    def parse(
+        cls,
+        tools: Iterable[str] = (),
+        models: Iterable[str] = (),
+        connection: Connection | None = None,
+    ) -> Registry:
         """Build one from ``NAME=VALUE`` pairs.
 
         Raises:
             ConfigError: a pair without ``=`` or a name given twice.
         """
-        return cls(tools=_pairs(tools, "--tools"), models=_pairs(models, "--model"))
+        return cls(
+            tools=_pairs(tools, "--tools"),
+            models=_pairs(models, "--model"),
+            connection=connection or Connection(),
+        )
 
     def load(self) -> None:
         """Load every toolset now, so a worker with a broken one fails at start-up.
@@ -77,7 +85,7 @@ class Registry:
             raise Unavailable("model", "the run names no model")
         spec = self.models.get(name)
         if spec is None:
-            if name.startswith(_FILE_PROVIDERS):
+            if _names_file(name):
                 raise Unavailable(
                     name,
                     f"a queued run names its model; register {name!r} on the workers with "
@@ -85,9 +93,17 @@ class Registry:
                 )
             spec = name
         try:
-            return resolve_model(spec)
+            return resolve_model(spec, connection=self.connection)
         except ConfigError as exc:
             raise Unavailable(name, str(exc)) from exc
+
+
+def _names_file(spec: str) -> bool:
+    """Whether ``spec`` names a file (a queued run may not): only through the registry."""
+    try:
+        return names_file(spec)
+    except ConfigError:
+        return False  # an unknown provider: resolving it says so
 
 
 def _pairs(items: Iterable[str], flag: str) -> dict[str, str]:

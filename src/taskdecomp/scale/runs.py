@@ -15,8 +15,9 @@ import asyncio
 import dataclasses
 import logging
 
-from taskdecomp import durable, stops
+from taskdecomp import durable, owners, stops
 from taskdecomp.durable import Durability
+from taskdecomp.engine import continue_run
 from taskdecomp.errors import RunLeasedError, RunNotFoundError, StoreError
 from taskdecomp.models import ScriptedModel
 from taskdecomp.run import RunId
@@ -26,7 +27,6 @@ from taskdecomp.stops import StopReason, StopRun
 from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Lease, StoredRun
 from taskdecomp.store.sql import SqlStore
 from taskdecomp.strategies.base import Outcome, Phases
-from taskdecomp.strategies.plan_execute import continue_run
 from taskdecomp.tools import Toolset
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ async def execute(run_id: RunId, how: Execution) -> str:
     try:
         admission = store.admit_run(
             run_id,
-            owner=durable.new_owner_id(),
+            owner=owners.new_owner_id(),
             ttl=durable.lease_seconds(how.lease_seconds),
             max_recoveries=how.max_recoveries,
         )

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from taskdecomp import durable
+from taskdecomp import durable, owners
 from taskdecomp.budget import Budget
 from taskdecomp.errors import ConfigError, RunLeasedError, RunNotFoundError
 from taskdecomp.run import RunId, new_run_id
@@ -20,6 +20,7 @@ from taskdecomp.scale import engine
 from taskdecomp.scale.runs import end
 from taskdecomp.stops import CANCELLED
 from taskdecomp.store.sql import SqlStore
+from taskdecomp.strategies import registry
 from taskdecomp.strategies.replan import ReplanOptions
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ def submit(
     allow: Iterable[str] | None = None,
     budget: Budget | None = None,
     strategy: str = "plan_execute",
+    options: Any = None,
     replan: ReplanOptions | None = None,
     client: Any = None,
 ) -> tuple[RunId, bool]:
@@ -56,8 +58,10 @@ def submit(
         idempotency_key: submitting it again returns the first run.
         allow: the tools the plan may use (default: all of the toolset's).
         budget: limits (``max_seconds`` holds across worker deaths).
-        strategy: ``plan_execute`` or ``replan``.
-        replan: the replan strategy's options.
+        strategy: a registered strategy that starts from a goal (``plan_execute``,
+            ``replan``, a plugin's); the workers must have it installed too.
+        options: the strategy's options (their object, or their JSON form).
+        replan: the same as ``options``, for the ``replan`` strategy.
         client: a ``DBOSClient`` on ``db`` to enqueue with (a long-lived process keeps
             one); default: one opened and closed for this call.
 
@@ -74,6 +78,10 @@ def submit(
         )
     system = engine.system_url(db)
     budget = budget or Budget()
+    chosen = registry.strategy(strategy)
+    if not chosen.starts_from_goal:
+        raise ConfigError(f"strategy {strategy!r} does not start from a goal")
+    settings = registry.options_for(chosen, options if options is not None else replan)
     new = durable.new_run(
         new_run_id(),
         goal,
@@ -82,8 +90,8 @@ def submit(
         combiner_model=None,
         allow=allow or (),
         budget=budget,
-        strategy=strategy,
-        replan=replan.to_dict() if replan is not None else None,
+        strategy=chosen.name,
+        options=chosen.encode(settings),
     )
     config: dict[str, Any] = {**new.config, "queue": {"allow_all": allow is None}}
     new = type(new)(run_id=new.run_id, goal=goal, model=model, tools=tools, config=config)
@@ -125,7 +133,7 @@ def cancel(run_id: str, *, store: SqlStore) -> Cancelled:
     if status == "queued":
         try:
             lease = store.acquire_lease(
-                RunId(run_id), owner=durable.new_owner_id(), ttl=durable.lease_seconds(30)
+                RunId(run_id), owner=owners.new_owner_id(), ttl=durable.lease_seconds(30)
             )
         except RunLeasedError:
             return "requested"  # a worker took it this moment: it sees the request

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from taskdecomp.policy import parse_model_json
+from taskdecomp.server.schemas import STRATEGY
 from taskdecomp.stops import StopRun
 
 MAX_ACTIONS = 5
@@ -56,7 +57,7 @@ class StartRunArgs(_Args):
 
     goal: str = Field(min_length=1, max_length=20_000)
     toolset: str = Field(min_length=1, max_length=200)
-    strategy: Literal["plan_execute", "replan"] = "plan_execute"
+    strategy: str = STRATEGY
     allow: list[str] | None = Field(default=None, max_length=200)
 
 

@@ -16,6 +16,7 @@ from taskdecomp.budget import Budget
 from taskdecomp.decomposition import DecompOptions
 from taskdecomp.durable import DEFAULT_DURABILITY, Durability
 from taskdecomp.errors import ConfigError
+from taskdecomp.models.connection import Connection
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 """The largest request body accepted (a goal, a plan, a chat message)."""
@@ -44,6 +45,8 @@ class ServerConfig:
         store_url: the run store, as for the CLI's ``--db``.
         toolsets: toolset name -> path or module, loaded once at start-up.
         models: the model strings runs may use; the first is the default.
+        connection: where models of a provider that connects to a server connect
+            (``serve --base-url``).
         decomp_model: the decomposer's model (``DECOMP_MODEL``); default: the first of
             ``models``.
         chat_model: the chat agent's model; ``None`` turns ``POST /chat`` off.
@@ -65,6 +68,7 @@ class ServerConfig:
     store_url: str
     toolsets: Mapping[str, str]
     models: tuple[str, ...]
+    connection: Connection = field(default_factory=Connection)
     decomp_model: str | None = None
     chat_model: str | None = None
     token: str | None = field(default=None, repr=False)

@@ -21,15 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from taskdecomp.budget import Budget
+from taskdecomp.engine import approve, reject, resume, run
+from taskdecomp.errors import ConfigError
 from taskdecomp.events import Event, Subscriber
+from taskdecomp.models import Model, resolve_model
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.server.config import ServerConfig
 from taskdecomp.server.problems import Problem, one_line
 from taskdecomp.server.schemas import BudgetIn, RunIn
 from taskdecomp.store import RunSummary, SqlStore, StoredRun
-from taskdecomp.strategies.approval import approve, reject
-from taskdecomp.strategies.plan_execute import resume, run
-from taskdecomp.strategies.replan import ReplanOptions
+from taskdecomp.strategies import registry
 from taskdecomp.tools import Toolset
 
 logger = logging.getLogger(__name__)
@@ -115,14 +116,9 @@ class RunService:
         model = self._model(body.model)
         allow = self._allow(toolset, body.toolset, body.allow)
         budget = self._budget(body.budget)
-        replan = None
-        if body.strategy == "replan":
-            options = body.replan.model_dump() if body.replan is not None else {}
-            replan = ReplanOptions(**options)
-        elif body.replan is not None:
-            raise Problem(422, "replan options apply to strategy 'replan' only")
+        options = _options(body)
         if self.config.executor == "queue":
-            return await self._submit(body, model, allow, budget, replan)
+            return await self._submit(body, model, allow, budget, options)
         if body.idempotency_key is not None:
             raise Problem(
                 422, "idempotency_key needs a server that queues runs (serve --executor queue)"
@@ -133,14 +129,14 @@ class RunService:
             lambda on_event: run(
                 body.goal,
                 tools=toolset,
-                model=model,
+                model=self._resolved(model),
                 allow=allow,
                 budget=budget,
                 on_event=on_event,
                 run_id=run_id,
                 store=self.store,
                 strategy=body.strategy,
-                replan=replan,
+                options=options,
                 lease_seconds=self.config.lease_seconds,
                 durability=self.config.durability,
             ),
@@ -153,7 +149,7 @@ class RunService:
         model: str,
         allow: list[str] | None,
         budget: Budget,
-        replan: ReplanOptions | None,
+        options: Any,
     ) -> RunId:
         """Queue the run for the workers; return its id once it is stored."""
         if self.closing:
@@ -176,7 +172,7 @@ class RunService:
                 allow=allow,
                 budget=budget,
                 strategy=body.strategy,
-                replan=replan,
+                options=options,
                 client=self._queue_client,
             )
         )
@@ -227,7 +223,7 @@ class RunService:
                 stored.run_id,
                 store=self.store,
                 tools=toolset,
-                model=model,
+                model=self._resolved(model),
                 on_event=on_event,
                 lease_seconds=self.config.lease_seconds,
                 durability=self.config.durability,
@@ -403,6 +399,10 @@ class RunService:
             )
         return toolset
 
+    def _resolved(self, spec: str) -> Model:
+        """The model ``spec`` names, connected as the server was told (``--base-url``)."""
+        return resolve_model(spec, connection=self.config.connection)
+
     def _model(self, name: str | None) -> str:
         if name is None:
             return self.config.models[0]
@@ -468,3 +468,28 @@ def _summary(summary: RunSummary, status: str) -> dict[str, Any]:
         "finished_at": summary.finished_at,
         "seconds": summary.seconds,
     }
+
+
+def _options(body: RunIn) -> Any:
+    """The options of the strategy ``body`` names, as a client may set them.
+
+    Raises:
+        Problem: 422 for a strategy that does not start from a goal, options of another
+            strategy, or an option only the server's own configuration may set (a path).
+    """
+    if body.options is not None and body.replan is not None:
+        raise Problem(422, "give the strategy's options once: 'options' or 'replan'")
+    data = body.options if body.options is not None else None
+    if body.replan is not None:
+        data = body.replan.model_dump()
+    try:
+        chosen = registry.strategy(body.strategy)
+        if not chosen.starts_from_goal:
+            raise Problem(422, f"strategy {body.strategy!r} does not start from a goal")
+        local = sorted(set(data or {}) & getattr(chosen, "local_only_options", frozenset()))
+        if local:
+            raise Problem(422, f"option {local[0]!r} cannot be set over HTTP")
+        return chosen.options(data)
+    except ConfigError as exc:
+        given = "replan options do not apply here: " if body.replan is not None else ""
+        raise Problem(422, f"{given}{exc}") from None

@@ -34,12 +34,28 @@ class ReplanIn(_Body):
     approve_plan: bool = False
 
 
+def _strategy_names(schema: dict[str, Any]) -> None:
+    """Document the strategies installed when the schema is made (plugins included)."""
+    from taskdecomp.strategies.registry import goal_strategies
+
+    schema["enum"] = list(goal_strategies())
+
+
+STRATEGY = Field(
+    default="plan_execute",
+    min_length=1,
+    max_length=200,
+    description="A registered strategy that starts from a goal.",
+    json_schema_extra=_strategy_names,
+)
+
+
 class RunIn(_Body):
     """``POST /runs``: what to run, with what, under which limits."""
 
     goal: str = Text
     toolset: str = Field(min_length=1, max_length=200, description="A registered toolset name.")
-    strategy: Literal["plan_execute", "replan"] = "plan_execute"
+    strategy: str = STRATEGY
     allow: list[str] | None = Field(
         default=None, max_length=200, description="Tools the plan may use; default: all."
     )
@@ -47,7 +63,10 @@ class RunIn(_Body):
     model: str | None = Field(
         default=None, max_length=500, description="One of GET /models; default: the first."
     )
-    replan: ReplanIn | None = None
+    options: dict[str, Any] | None = Field(
+        default=None, description="The strategy's options, in their JSON form."
+    )
+    replan: ReplanIn | None = Field(default=None, description="The replan strategy's options.")
     idempotency_key: str | None = Field(
         default=None,
         min_length=1,

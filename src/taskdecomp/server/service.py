@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from taskdecomp.errors import ConfigError
-from taskdecomp.models import resolve_model
+from taskdecomp.models import connects, resolve_model
 from taskdecomp.server.config import ServerConfig
 from taskdecomp.server.plans import PlanService
 from taskdecomp.server.runs import RunService
@@ -98,7 +98,6 @@ def _load(name: str, source: str) -> Toolset:
 
 def _check_model(spec: str) -> None:
     """Fail at start-up, not at the first request, on a model string that cannot work."""
-    provider = spec.partition(":")[0]
-    if provider in ("local", "openai"):
-        return  # built lazily per run (the embedded model loads weights; openai needs no check)
+    if connects(spec.partition(":")[0]):
+        return  # its server is asked at the first call; it may need no key until then
     resolve_model(spec)

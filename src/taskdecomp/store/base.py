@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol, overload
 
 from taskdecomp import stops
 from taskdecomp.budget import Usage
+from taskdecomp.durability import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS
 from taskdecomp.plan import Plan, TaskId
 from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
 from taskdecomp.stops import LlmPhase, StopReason
@@ -34,9 +35,6 @@ AttemptState = Literal["started", "ok", "failed", "cancelled"]
 
 RESUMABLE_STOPS = frozenset({stops.MAX_SECONDS, stops.CANCELLED})
 """Stop reasons a run may be resumed from; any other stop is final."""
-
-DEFAULT_LEASE_SECONDS = 30.0
-"""How long a run's lease lasts without a renewal (renewed every third of it)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

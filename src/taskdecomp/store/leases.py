@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import Connection, CursorResult, Insert, bindparam, insert, select, update
 
+from taskdecomp import owners
 from taskdecomp.errors import LeaseLostError, RunLeasedError, RunNotFoundError
 from taskdecomp.run import RunId
 from taskdecomp.store import rows, schema
@@ -115,6 +116,10 @@ def held(conn: Connection, result: CursorResult[Any], lease: Lease) -> None:
 def acquire(conn: Connection, run_id: RunId, *, owner: str, ttl: float, now: float) -> Lease:
     """Take the run at the next epoch, unless another owner's lease is still alive.
 
+    A lease is alive until it expires, or until its owner is known to be gone: a process of
+    this host that no longer runs (:func:`taskdecomp.owners.is_gone`) is taken over at once.
+    Two processes taking the same run race on its epoch: exactly one wins.
+
     Raises:
         RunNotFoundError: no run has this id.
         RunLeasedError: another owner holds an unexpired lease.
@@ -130,7 +135,8 @@ def acquire(conn: Connection, run_id: RunId, *, owner: str, ttl: float, now: flo
             f"no run {run_id!r} in the store; `taskdecomp runs` lists the stored runs"
         )
     holder, expires_at = row.lease_owner, row.lease_expires_at
-    if holder is not None and holder != owner and expires_at is not None and expires_at > now:
+    alive = expires_at is not None and expires_at > now and not owners.is_gone(holder)
+    if holder is not None and holder != owner and alive:
         raise leased(run_id, holder, expires_at - now)
     epoch = int(row.lease_epoch) + 1
     taken = conn.execute(
@@ -163,7 +169,8 @@ def leased(run_id: RunId, owner: str, expires_in: float) -> RunLeasedError:
     return RunLeasedError(
         f"run {run_id!r} is in flight in another process: its owner {owner!r} holds the "
         f"lease for {expires_in:.1f}s more unless it renews it; wait for that run to end, or, "
-        "if that process died, resume again once its lease expired",
+        "if that process died on another host, resume again once its lease expired (a dead "
+        "process of this host is taken over at once)",
         owner=owner,
         expires_in=expires_in,
     )

@@ -34,7 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.schema import CreateColumn
 
-from taskdecomp.errors import StoreError
+from taskdecomp.errors import StoreConfigError
 
 metadata = MetaData()
 
@@ -239,7 +239,7 @@ def migrate(conn: Connection, *, now: float) -> list[int]:
     on PostgreSQL), so concurrent starts apply each migration once.
 
     Raises:
-        StoreError: the database has a migration this version of taskdecomp does not know.
+        StoreConfigError: the database has a migration this version of taskdecomp does not know.
     """
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
@@ -247,7 +247,7 @@ def migrate(conn: Connection, *, now: float) -> list[int]:
     applied = set(conn.execute(select(migrations.c.version)).scalars())
     known = {m.version for m in MIGRATIONS}
     if applied - known:
-        raise StoreError(
+        raise StoreConfigError(
             f"the database has schema version {max(applied)}, newer than this taskdecomp "
             f"knows ({max(known)}); upgrade taskdecomp or use another --db"
         )

@@ -45,7 +45,7 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from taskdecomp.budget import Usage
-from taskdecomp.errors import StoreError
+from taskdecomp.errors import StoreConfigError, StoreError
 from taskdecomp.plan import Plan
 from taskdecomp.run import HistoryEntry, RunId, RunResult
 from taskdecomp.store import bulk, leases, reads, rows, schema
@@ -134,7 +134,7 @@ def normalize_url(url: str) -> URL:
     try:
         parsed = make_url(url)
     except sa_exc.ArgumentError as exc:
-        raise StoreError(f"database URL {url!r} does not parse: {exc}") from exc
+        raise StoreConfigError(f"database URL {url!r} does not parse: {exc}") from exc
     backend = parsed.get_backend_name()
     if backend in ("postgresql", "postgres"):
         if parsed.drivername in ("postgresql", "postgres"):
@@ -142,7 +142,7 @@ def normalize_url(url: str) -> URL:
         return parsed
     if backend == "sqlite":
         return parsed
-    raise StoreError(
+    raise StoreConfigError(
         f"unsupported database {parsed.render_as_string(hide_password=True)!r}; use "
         "sqlite:///PATH (or a file path) or postgresql://user@host/dbname"
     )
@@ -207,7 +207,7 @@ class SqlStore:
                 return self._sqlite_engine()
             return create_engine(self.url, connect_args={"connect_timeout": 10})
         except (sa_exc.NoSuchModuleError, ImportError) as exc:
-            raise StoreError(
+            raise StoreConfigError(
                 f"no driver for {self.name!r} ({exc}); PostgreSQL needs psycopg: "
                 "pip install 'psycopg[binary]'"
             ) from exc
@@ -219,7 +219,7 @@ class SqlStore:
             try:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as exc:  # a file on the way, no permission, read-only disk
-                raise StoreError(
+                raise StoreConfigError(
                     f"cannot create the folder {str(folder)!r} for the SQLite store "
                     f"{database!r}: {exc.strerror or exc}; pick a --db path whose folders "
                     "can be created"
@@ -318,26 +318,31 @@ class SqlStore:
         except sa_exc.IntegrityError as exc:
             raise StoreError(f"the store {self.name!r} refused a write: {_first(exc)}") from exc
         except sa_exc.DBAPIError as exc:
-            raise StoreError(self._explain(exc)) from exc
+            raise self._explain(exc) from exc
 
-    def _explain(self, exc: sa_exc.DBAPIError) -> str:
+    def _explain(self, exc: sa_exc.DBAPIError) -> StoreError:
+        """The error to raise for a driver's: a path to fix, or a failure at run time."""
         problem = _first(exc)
         lowered = problem.lower()
         if "locked" in lowered or "busy" in lowered:
-            return (
+            return StoreError(
                 f"the store {self.name!r} is locked by another process (waited "
                 f"{self._busy_timeout:g}s); retry when it is done, or use another --db"
             )
         if "not a database" in lowered or "malformed" in lowered:
-            return f"{self.name!r} is not a usable SQLite database ({problem}); use another --db"
+            return StoreConfigError(
+                f"{self.name!r} is not a usable SQLite database ({problem}); use another --db"
+            )
         if "unable to open" in lowered:
-            return f"cannot open the SQLite store {self.name!r} ({problem}); check the path"
+            return StoreConfigError(
+                f"cannot open the SQLite store {self.name!r} ({problem}); check the path"
+            )
         if exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError):
-            return (
+            return StoreError(
                 f"cannot use the database {self.name!r}: {problem}; check --db or "
                 "TASKDECOMP_DATABASE_URL and that the server is up"
             )
-        return f"the store {self.name!r} failed: {problem}"
+        return StoreError(f"the store {self.name!r} failed: {problem}")
 
     @overload
     def create_run(self, run: NewRun) -> None: ...
@@ -357,7 +362,7 @@ class SqlStore:
         row = rows.new_run(run, now=now, owner=owner, ttl=ttl)
         with self.write() as conn:
             if conn.execute(_INSERT_NEW_RUN[self.dialect], row).rowcount != 1:
-                raise StoreError(
+                raise StoreConfigError(
                     f"a run with id {run.run_id!r} is already stored; resume it or pick another id"
                 )
         if owner is None:
@@ -631,7 +636,7 @@ class SqlStore:
         try:
             with self.write() as conn:
                 if reads.run_exists(conn, run.run_id):
-                    raise StoreError(f"a run with id {run.run_id!r} is already stored")
+                    raise StoreConfigError(f"a run with id {run.run_id!r} is already stored")
                 return queues.submit(
                     conn, run, queue=queue, idempotency_key=idempotency_key,
                     now=self.now(),

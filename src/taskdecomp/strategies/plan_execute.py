@@ -5,8 +5,7 @@
 3. The scheduler runs the steps through the gateway (in order, or as a DAG).
 4. One combine call, without tools, writes the answer from the history.
 
-Every run returns a :class:`~taskdecomp.run.RunResult` with a stop reason. Given a store,
-a run is checkpointed after every step and :func:`resume` continues it after a crash.
+The engine (:mod:`taskdecomp.engine`) runs it as it runs any registered strategy.
 """
 
 from __future__ import annotations
@@ -14,159 +13,67 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import replace
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any
 
-from taskdecomp import durable
 from taskdecomp.budget import MIN_PLAN_STEPS, Budget
-from taskdecomp.durable import DEFAULT_DURABILITY, Durability
-from taskdecomp.errors import ConfigError
-from taskdecomp.events import PlanCreated, RunStarted, Subscriber
-from taskdecomp.models import Model, ModelRequest, ScriptedModel, resolve_model
+from taskdecomp.models import Model, ModelRequest
 from taskdecomp.models.base import streams
 from taskdecomp.models.schemas import plan_schema
 from taskdecomp.plan import Plan, TaskId
 from taskdecomp.policy import parse_model_json, validate_plan_action
 from taskdecomp.prompts import render
-from taskdecomp.run import RunId, RunResult, new_run_id
-from taskdecomp.runtime import Clock, RunContext, run_blocking
+from taskdecomp.runtime import RunContext
 from taskdecomp.scheduler import execute_plan
-from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Lease, Store, StoredRun
+from taskdecomp.store.base import StoredRun
 from taskdecomp.strategies.base import (
     Outcome,
     Phases,
     ToolsArg,
-    as_toolset,
-    attach_journal,
-    build_context,
-    execute,
-    finish,
-    restore,
 )
-from taskdecomp.strategies.replan import ReplanOptions, replan_phases
+from taskdecomp.strategies.registry import DataclassOptions, Setup
 from taskdecomp.streaming import EarlySteps, PlanStream
-
-Strategy = Literal["plan_execute", "replan"]
-"""The strategies a run can use."""
-STRATEGIES: tuple[Strategy, ...] = ("plan_execute", "replan")
+from taskdecomp.tools import Toolset
 
 
-async def run(
-    goal: str,
-    *,
-    tools: ToolsArg,
-    model: Model | str,
-    allow: Iterable[str] | None = None,
-    budget: Budget | None = None,
-    combiner_model: Model | str | None = None,
-    on_event: Subscriber | None = None,
-    run_id: RunId | None = None,
-    clock: Clock | None = None,
-    store: Store | None = None,
-    strategy: Strategy = "plan_execute",
-    replan: ReplanOptions | None = None,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    durability: Durability = DEFAULT_DURABILITY,
-    stream_plan: bool | None = None,
-) -> RunResult:
-    """Run ``goal`` with ``strategy``; always returns a result, never raises for a run failure.
-
-    ``plan_execute`` (the default) plans once, executes and combines; ``replan`` plans,
-    runs the ready steps, and asks a replanner after each wave until it answers
-    (:mod:`taskdecomp.strategies.replan`).
-
-    Args:
-        goal: what to achieve, in words.
-        tools: the toolset (see :data:`ToolsArg`).
-        model: the planner model, or a model string such as ``scripted:plan.json``.
-        allow: tool names the plan may use; default: every tool in the toolset.
-        budget: limits; default: the seed's.
-        combiner_model: a different model for the combine call; default: ``model``.
-        on_event: receives every event of the run.
-        run_id: use this id instead of a fresh one.
-        clock: monotonic clock, for tests.
-        store: keep the run there, checkpointed after every step, so :func:`resume` can
-            continue it; default: nothing is stored.
-        strategy: ``plan_execute`` or ``replan``.
-        replan: the ``replan`` strategy's options (iterations, approvals, prompts).
-        lease_seconds: how long the run's lease in the store outlives this process if it
-            dies (see :func:`resume`); renewed every third of it while the run is in flight.
-        durability: ``async`` (default) commits finished steps in groups off the event
-            loop and waits for the disk only before ``unsafe`` calls, at pauses and at the
-            end; ``sync`` commits every step durably before the run goes on.
-        stream_plan: start ``read_only`` steps while the planner still writes the plan
-            (:mod:`taskdecomp.streaming`); default: when the model streams (``openai``,
-            ``local``, a scripted model with ``stream_ms``). ``plan_execute`` only.
-
-    Raises:
-        ConfigError: the goal is empty, the toolset or a model string cannot be loaded, or
-            the strategy is unknown (before the run starts).
-        StoreError: the store cannot be written; the run is then left to :func:`resume`.
-    """
-    _check_goal(goal)
-    durable.durability(durability)
-    options = _options(strategy, replan)
-    toolset = as_toolset(tools)
-    budget = budget or Budget()
-    ctx = build_context(
-        goal, toolset, resolve_model(model), allow, budget, on_event, run_id or new_run_id()
-    )
-    if clock is not None:
-        ctx.clock = clock
-    combiner = resolve_model(combiner_model) if combiner_model is not None else None
-    started = ctx.clock()
-    if store is not None:
-        new = durable.new_run(
-            ctx.run_id,
-            goal,
-            tools=tools,
-            model=ctx.model,  # the resolved model's name: file paths made absolute
-            combiner_model=combiner,
-            allow=ctx.gateway.allow,
-            budget=budget,
-            strategy=strategy,
-            replan=options.to_dict() if options is not None else None,
-        )
-        ttl = durable.lease_seconds(lease_seconds)
-        with store.batch(durable=durability == "sync"):  # async: the first barrier syncs it
-            lease = store.create_run(new, owner=durable.new_owner_id(), ttl=ttl)
-        attach_journal(ctx, store, lease, segment=1, started=started, durability=durability)
-    phases = _phases(budget, combiner, options, None, stream_plan)
-    async with durable.leased(ctx.journal):
-        return await execute(ctx, Outcome(), budget, phases, started=started)
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanExecuteOptions:
+    """The ``plan_execute`` strategy has no options of its own: its budget says it all."""
 
 
-def _check_goal(goal: str) -> None:
-    """Refuse an empty goal: there is nothing to plan, and no answer could be right.
+class PlanExecute(DataclassOptions):
+    """Plan once, validate, execute the steps (in order or as a DAG), combine once."""
 
-    Raises:
-        ConfigError: ``goal`` is empty or only whitespace.
-    """
-    if not goal.strip():
-        raise ConfigError("the goal is empty; say in words what the run should achieve")
+    name = "plan_execute"
+    summary = "plan once, execute the steps through the gateway, combine the answer"
+    starts_from_goal = True
+    options_type = PlanExecuteOptions
+
+    def encode(self, options: Any) -> dict[str, Any] | None:
+        """Nothing to store."""
+        return None
+
+    def start(self, setup: Setup, options: Any) -> Phases:
+        """Plan, execute, combine."""
+        return _phases(setup.budget, setup.combiner, None, setup.stream_plan)
+
+    def resume(
+        self, setup: Setup, options: Any, stored: StoredRun, tools: ToolsArg | None
+    ) -> tuple[Toolset | None, Phases]:
+        """Execute what the stored plan has left (planning first if it has none), combine."""
+        return None, _phases(setup.budget, setup.combiner, stored)
 
 
-def _options(strategy: str, replan: ReplanOptions | None) -> ReplanOptions | None:
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"unknown strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
-    if strategy == "replan":
-        return replan or ReplanOptions()
-    if replan is not None:
-        raise ConfigError("replan options apply to strategy='replan' only")
-    return None
+STRATEGY = PlanExecute()
+"""The ``plan_execute`` strategy, as registered."""
 
 
 def _phases(
     budget: Budget,
     combiner: Model | None,
-    options: ReplanOptions | None,
     stored: StoredRun | None,
     stream_plan: bool | None = None,
 ) -> Phases:
-    if options is not None:
-        return replan_phases(budget, options, stored)
-
     async def plan_execute(ctx: RunContext, outcome: Outcome) -> None:
         done = stored.finished_steps() if stored is not None else frozenset()
         if stored is not None:
@@ -183,211 +90,6 @@ def _phases(
     return plan_execute
 
 
-async def resume(
-    run_id: str,
-    *,
-    store: Store,
-    tools: ToolsArg | None = None,
-    model: Model | str | None = None,
-    allow: Iterable[str] | None = None,
-    budget: Budget | None = None,
-    combiner_model: Model | str | None = None,
-    on_event: Subscriber | None = None,
-    clock: Clock | None = None,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    durability: Durability = DEFAULT_DURABILITY,
-) -> RunResult:
-    """Continue a stored run that crashed, was killed, or stopped on ``max_seconds``.
-
-    The stored plan is reused and finished steps are not run again; their history comes
-    from the store. An unfinished step runs again when its tool is ``read_only`` or
-    ``idempotent`` (with the same idempotency key). An ``unsafe`` step that started and
-    left no result is never called again: the run stops with
-    ``interrupted_unknown_outcome:<step>`` for a human to decide. The deadline
-    (``max_seconds``) starts afresh. A ``replan`` run continues in the middle of its
-    loop, with its iteration count, its executor agent's turns and its approvals.
-
-    Budgets cover the whole run: model calls, tokens and cost spent before the resume
-    count; each finished tool call counts as one tool call and loop detection knows it,
-    while an attempt that left no result is not counted (it is retried, not repeated).
-
-    A run that has already ended (any other stop reason) is returned as stored and
-    nothing is written. A run that waits for approval is continued by
-    :func:`~taskdecomp.strategies.approval.approve`.
-
-    One process owns a run at a time: resume takes the run's lease and is refused while
-    another process holds it (a run in flight elsewhere); the lease of a process that died
-    expires ``lease_seconds`` after its last renewal. Should this process be taken over
-    in turn (it stalled past its lease), it stops with ``lease_lost`` without writing.
-
-    Args:
-        run_id: the stored run.
-        store: where it is stored.
-        tools: the toolset; default: the one stored with the run.
-        model: the planner model; default: the one stored with the run.
-        allow: tools the plan may use; default: the stored list.
-        budget: limits; default: the stored budget.
-        combiner_model: the combine call's model; default: the stored one, else ``model``.
-        on_event: receives every event of the resumed segment.
-        clock: monotonic clock, for tests.
-        lease_seconds: this process's lease on the run (see :func:`run`).
-        durability: how the resumed segment's checkpoints reach the disk (see :func:`run`).
-
-    Raises:
-        RunNotFoundError: no run has this id.
-        RunLeasedError: another process owns the run; the message names it.
-        LeaseLostError: another process took the run over the moment this one took it.
-        CorruptRecordError: the stored run does not decode.
-        ConfigError: no toolset or model was stored and none is given, or one cannot load;
-            the run waits for approval.
-        StoreError: the store cannot be read or written.
-    """
-    stored = _resumable(store.load_run(RunId(run_id)))
-    if isinstance(stored, RunResult):
-        return stored
-    return await continue_run(
-        run_id,
-        store=store,
-        prepare=_resumable,
-        tools=tools,
-        model=model,
-        allow=allow,
-        budget=budget,
-        combiner_model=combiner_model,
-        on_event=on_event,
-        clock=clock,
-        lease_seconds=lease_seconds,
-        durability=durability,
-    )
-
-
-def _resumable(stored: StoredRun) -> StoredRun | RunResult:
-    """``stored`` when resume has work to do; its result when it ended.
-
-    Raises:
-        ConfigError: it waits for approval.
-    """
-    if stored.summary.status == "paused":
-        run_id = stored.run_id
-        raise ConfigError(
-            f"run {run_id!r} waits for approval; continue it with `taskdecomp approve "
-            f"{run_id}` or end it with `taskdecomp reject {run_id} --reason TEXT`"
-        )
-    return stored if stored.resumable else stored.result()
-
-
-Prepare = Callable[[StoredRun], "StoredRun | RunResult"]
-"""Checks a run read under its lease: the run to continue, or a result to return as is."""
-
-
-async def continue_run(
-    run_id: str,
-    *,
-    store: Store,
-    prepare: Prepare,
-    tools: ToolsArg | None = None,
-    model: Model | str | None = None,
-    allow: Iterable[str] | None = None,
-    budget: Budget | None = None,
-    combiner_model: Model | str | None = None,
-    on_event: Subscriber | None = None,
-    clock: Clock | None = None,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    before: Callable[[RunContext], None] | None = None,
-    durability: Durability = DEFAULT_DURABILITY,
-    lease: Lease | None = None,
-    phases: Phases | None = None,
-) -> RunResult:
-    """Take run ``run_id``'s lease and continue it in a new segment.
-
-    For :func:`resume` and :func:`~taskdecomp.strategies.approval.approve`. ``prepare``
-    checks the run as read under the lease (another process may have moved it on since it
-    was first read); ``before`` runs once the context is restored, before the run goes on
-    (an approval records itself there). ``lease``, when the caller has taken the run's
-    lease already (a queue worker), is used instead of taking it; ``phases`` replace the
-    strategy's (a run a worker only ends).
-
-    Raises:
-        RunLeasedError: another process owns the run.
-        ConfigError: ``prepare`` refused the run, or a toolset or model cannot load.
-    """
-    durable.durability(durability)
-    if lease is None:
-        lease, stored = durable.take_over(store, RunId(run_id), seconds=lease_seconds)
-    else:
-        stored = durable.load_leased(store, lease)
-    try:
-        prepared = prepare(stored)
-        if isinstance(prepared, RunResult):
-            store.release_lease(lease)
-            return prepared
-        stored = prepared
-        config = durable.stored_config(stored)
-        budget = budget or config.budget
-        if phases is not None:
-            toolset = as_toolset(
-                tools
-                if tools is not None
-                else durable.require(stored.tools, "tools", stored.run_id)
-            )
-        elif config.strategy == "workflow":
-            from taskdecomp.strategies.workflow.api import rebuild  # it builds on this module
-
-            toolset, phases = rebuild(stored, config, tools)
-        else:
-            toolset = as_toolset(
-                tools
-                if tools is not None
-                else durable.require(stored.tools, "tools", stored.run_id)
-            )
-        planner = resolve_model(model or durable.require(stored.model, "model", stored.run_id))
-        combiner_spec = combiner_model or config.combiner_model
-        combiner = resolve_model(combiner_spec) if combiner_spec is not None else None
-        _carry_on_scripts(stored, planner)
-    except BaseException:
-        store.release_lease(lease)
-        raise
-    allowed: Iterable[str] | None = config.allow if allow is None else allow
-    if allow is None and (stored.config.get("queue") or {}).get("allow_all"):
-        allowed = None  # submitted without --allow: every tool of the toolset
-    goal = stored.summary.goal
-    ctx = build_context(goal, toolset, planner, allowed, budget, on_event, stored.run_id)
-    if clock is not None:
-        ctx.clock = clock
-    restore(ctx, stored)
-    started = ctx.clock() - stored.usage.seconds
-    journal = attach_journal(
-        ctx, store, lease, segment=stored.segments + 1, started=started, durability=durability
-    )
-    async with durable.leased(journal):
-        journal.reopened()
-        if before is not None:
-            before(ctx)
-        outcome = Outcome(plan=stored.plan)
-        step_id = stored.in_doubt()
-        if step_id is not None:
-            ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=goal))
-            outcome.stop(durable.interrupted(stored, step_id))
-            return finish(ctx, outcome, started)
-        options = (
-            ReplanOptions.from_dict(config.replan or {}) if config.strategy == "replan" else None
-        )
-        if phases is None:
-            phases = _phases(budget, combiner, options, stored)
-        return await execute(ctx, outcome, budget, phases, started=started)
-
-
-def _carry_on_scripts(stored: StoredRun, planner: Model) -> None:
-    """Make a list-form scripted planner go on after the answers the run already used.
-
-    The stored run counts its model calls (``usage.llm_calls``), and a script takes an
-    answer per call. All were the planner's, or the last was a separate combiner's, after
-    which a resumed run does not ask the planner again.
-    """
-    if isinstance(planner, ScriptedModel) and planner.in_order:
-        planner.skip(stored.usage.llm_calls)
-
-
 async def _planned(
     ctx: RunContext, outcome: Outcome, budget: Budget, stream_plan: bool | None
 ) -> tuple[Plan, frozenset[TaskId], dict[TaskId, asyncio.Task[None]]]:
@@ -402,9 +104,7 @@ async def _planned(
         ctx.journal.hold()  # the plan is stored before the steps that started early
     try:
         plan = outcome.plan = await _plan(ctx, outcome, budget, early if stream else None)
-        ctx.events.emit(PlanCreated(run_id=ctx.run_id, plan=plan))
-        if ctx.journal is not None:
-            ctx.journal.plan_created(plan)
+        ctx.plan_created(plan)
     finally:
         if ctx.journal is not None:
             ctx.journal.unhold()
@@ -473,20 +173,3 @@ async def _combine(ctx: RunContext, combiner: Model | None) -> str:
     )
     response = await ctx.ask(request, model=combiner)
     return response.text.strip()
-
-
-def run_sync(goal: str, **kwargs: Any) -> RunResult:
-    """Blocking :func:`run`, for scripts and notebooks without an event loop.
-
-    It returns at the deadline even when a tool ignores cancellation (that tool is left
-    behind). Ctrl-C stores the run as ``cancelled`` (resumable), then raises
-    :class:`KeyboardInterrupt`.
-
-    Raises:
-        RuntimeError: when called from inside a running event loop (use ``await run(...)``).
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run_blocking(run(goal, **kwargs))
-    raise RuntimeError("run_sync() cannot run inside an event loop; use `await run(...)`")

@@ -3,7 +3,7 @@
 Usage: ``python child.py DB_URL RUN_ID TOOLS SCRIPT READY_FILE``. ``CRASH_AT`` may be
 ``before_intent:<n>`` (step ``n`` started, nothing committed), ``after_return:<n>`` (its
 tool returned, not yet checkpointed) or ``after_checkpoint:<n>`` (its checkpoint committed).
-``CRASH_LEASE`` is the run's lease in seconds: how long a resume must wait after a kill;
+``CRASH_LEASE`` is the run's lease in seconds (a resume need not wait for it after a kill);
 ``CRASH_DURABILITY`` the run's durability (``async`` by default).
 """
 

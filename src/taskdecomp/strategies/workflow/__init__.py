@@ -1,6 +1,6 @@
 """Workflows: YAML phases, a task loop with spec checks, file permissions in code."""
 
-from taskdecomp.strategies.workflow.api import run_workflow, workflow_view
+from taskdecomp.strategies.workflow.api import run_workflow, run_workflow_sync, workflow_view
 from taskdecomp.strategies.workflow.definition import (
     BUILT_IN,
     Phase,
@@ -33,5 +33,6 @@ __all__ = [
     "load_workflow",
     "parse_tasks",
     "run_workflow",
+    "run_workflow_sync",
     "workflow_view",
 ]

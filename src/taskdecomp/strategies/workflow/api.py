@@ -1,27 +1,28 @@
 """Running a workflow: :func:`run_workflow`, and what a resume needs to rebuild one.
 
 A workflow run is a run like any other (stored, leased, checkpointed, listed by ``runs``,
-continued by :func:`~taskdecomp.strategies.plan_execute.resume`) whose strategy is
+continued by :func:`~taskdecomp.engine.resume`) whose strategy is
 ``workflow``: its settings (the workflow file, the workspace, the options) are stored with
 it, and its state (phase, status, tasks, agents' turns) with every checkpoint.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from taskdecomp import durable
+from taskdecomp import durable, owners
 from taskdecomp.budget import Budget, Usage
-from taskdecomp.durable import DEFAULT_DURABILITY, Durability, StoredConfig
+from taskdecomp.durable import DEFAULT_DURABILITY, Durability
 from taskdecomp.errors import ConfigError, CorruptRecordError
 from taskdecomp.events import Subscriber
 from taskdecomp.models import Model, resolve_model
 from taskdecomp.plan import Plan
 from taskdecomp.run import RunId, RunResult, new_run_id
-from taskdecomp.runtime import Clock, RunContext
+from taskdecomp.runtime import Clock, RunContext, run_blocking
 from taskdecomp.stops import StopRun
 from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Store, StoredRun
 from taskdecomp.strategies.base import (
@@ -137,11 +138,11 @@ async def run_workflow(
             allow=ctx.gateway.allow,
             budget=budget,
             strategy="workflow",
-            workflow={"spec": spec, "workspace": str(ws.root), "options": options.to_dict()},
+            options={"spec": spec, "workspace": str(ws.root), "options": options.to_dict()},
         )
         ttl = durable.lease_seconds(lease_seconds)
         with store.batch(durable=durability == "sync"):  # the run with its starting state
-            lease = store.create_run(new, owner=durable.new_owner_id(), ttl=ttl)
+            lease = store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
             store.save_state(
                 ctx.run_id,
                 Plan(steps=()),
@@ -156,17 +157,32 @@ async def run_workflow(
         return await execute(ctx, Outcome(), budget, _phases(session), started=started)
 
 
+def run_workflow_sync(workflow: str | Path = "default", **kwargs: Any) -> RunResult:
+    """Blocking :func:`run_workflow`, for code without an event loop (see ``run_sync``).
+
+    Raises:
+        RuntimeError: when called from inside a running event loop.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run_blocking(run_workflow(workflow, **kwargs))
+    raise RuntimeError("run_workflow_sync() cannot run inside an event loop; await run_workflow")
+
+
 def rebuild(
-    stored: StoredRun, config: StoredConfig, tools: ToolsArg | None
+    stored: StoredRun, settings: Mapping[str, Any], tools: ToolsArg | None
 ) -> tuple[Toolset, Phases]:
     """The toolset and phases that continue stored workflow run ``stored``.
+
+    ``settings`` are the ones :func:`run_workflow` stored: the workflow file, the workspace
+    and the options.
 
     Raises:
         CorruptRecordError: its settings or state do not decode.
         WorkflowError: its workflow file has changed and has problems now.
         ConfigError: its workspace is gone.
     """
-    settings = config.workflow or {}
     try:
         spec, root = str(settings["spec"]), str(settings["workspace"])
         options = WorkflowOptions.from_dict(settings.get("options") or {})

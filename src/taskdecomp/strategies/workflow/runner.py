@@ -7,8 +7,9 @@ of the run (``p1``, ``p2``...): traced, journaled and checkpointed like any othe
 workflow state stored at its start, at its end and with every call its agent makes.
 
 After each phase run, a content snapshot of the workspace is compared with the one taken at
-its start. The verdict fields a phase's own transitions read are cleared when it starts, so
-a stale ``true`` from an earlier round never picks the next phase.
+its start. The status fields a phase set in its earlier runs are cleared when it starts, so
+a stale ``true`` from an earlier round never picks the next phase; a field another phase
+set stays for the transitions that read it.
 
 The **task loop** is the pair ``implement_task`` / ``task_spec_check``: the runner picks the
 ready tasks (their dependencies passed), implements and checks each, and sends a failed one
@@ -131,7 +132,7 @@ class Runner:
         def conclude(result: Any, found: Changes) -> None:
             if phase.name == COMPLETENESS_PHASE and s.tasks is not None:
                 missing = any(task.status != "passed" for task in s.tasks.tasks)
-                s.set_status(missingWork=missing, implementationComplete=not missing)
+                s.set_status(phase.name, missingWork=missing, implementationComplete=not missing)
             s.previous = {"name": phase.name, "result": result}
             outside.extend(out_of_scope(found, phase_scope(s, phase, None)))
             if outside:
@@ -185,7 +186,13 @@ class Runner:
                 with_detail("workflow_stuck", TASK_PHASE),
                 message="no task is ready: tasks " + ", ".join(left) + " wait for each other",
             )
-        s.set_status(taskPassed=True, taskFailed=False, hasMoreTasks=False, allTasksComplete=True)
+        s.set_status(
+            CHECK_PHASE if CHECK_PHASE in s.workflow.phases else TASK_PHASE,
+            taskPassed=True,
+            taskFailed=False,
+            hasMoreTasks=False,
+            allTasksComplete=True,
+        )
         s.clear_status(frozenset({"currentTaskId"}))
 
     def _resumed_lanes(self) -> dict[str, asyncio.Task[None]]:
@@ -365,7 +372,7 @@ class Runner:
                     message=f"{s.options.max_iterations} phase runs without reaching the end",
                 )
             run = s.start_run(phase.name, task.id if task else None, attempt)
-            s.clear_status(_verdict_fields(phase))
+            s.state = rules.without_verdicts(s.state, phase.name, _verdict_fields(phase))
             before = snapshot(s.workspace.root)
             s.save_before(run, before)
             self._refresh_plan()

@@ -22,6 +22,7 @@ from typing import Any
 
 from taskdecomp.errors import CorruptRecordError
 from taskdecomp.stops import StopRun, with_detail
+from taskdecomp.strategies.workflow import state as rules
 from taskdecomp.strategies.workflow.definition import Workflow
 from taskdecomp.strategies.workflow.options import WorkflowOptions
 from taskdecomp.strategies.workflow.snapshot import Snapshot, snapshot
@@ -169,14 +170,16 @@ class Session:
         """The task list, once the decomposition set it."""
         return self.state.tasks
 
-    def set_status(self, **fields: Any) -> None:
-        """Set status fields (the runner's own, not checked like an agent's)."""
-        self.state = replace(self.state, status={**self.state.status, **fields})
+    def set_status(self, by: str | None = None, **fields: Any) -> None:
+        """Set status fields (the runner's own, not checked like an agent's) as phase ``by``."""
+        self.state = rules.with_status(self.state, fields, by=by)
 
     def clear_status(self, names: frozenset[str]) -> None:
-        """Drop status fields, so a phase must give its verdict afresh."""
+        """Drop status fields, whoever set them."""
         self.state = replace(
-            self.state, status={k: v for k, v in self.state.status.items() if k not in names}
+            self.state,
+            status={k: v for k, v in self.state.status.items() if k not in names},
+            status_by={k: v for k, v in self.state.status_by.items() if k not in names},
         )
 
     # -- stored form -------------------------------------------------------------------
@@ -197,6 +200,7 @@ class Session:
             "input_path": self.input_path,
             "phase": state.phase,
             "status": dict(state.status),
+            "status_by": dict(state.status_by),
             "tasks": state.tasks.to_json() if state.tasks is not None else None,
             "attempts": dict(state.attempts),
             "feedback": dict(state.feedback),
@@ -222,6 +226,7 @@ class Session:
             self.state = WorkflowState(
                 phase=str(data["phase"]),
                 status=dict(data.get("status") or {}),
+                status_by={str(k): str(v) for k, v in (data.get("status_by") or {}).items()},
                 tasks=tasks,
                 attempts={str(k): int(v) for k, v in (data.get("attempts") or {}).items()},
                 feedback={str(k): str(v) for k, v in (data.get("feedback") or {}).items()},

@@ -49,6 +49,8 @@ class WorkflowState:
     phase: str
     status: Mapping[str, Any] = field(default_factory=dict)
     """The fields the guards read (``status.<name>``)."""
+    status_by: Mapping[str, str] = field(default_factory=dict)
+    """The phase that last set each status field (absent: the runner, or not known)."""
     tasks: TaskList | None = None
     attempts: Mapping[str, int] = field(default_factory=dict)
     """Spec checks failed so far, by task id."""
@@ -63,9 +65,13 @@ class WorkflowState:
 
 
 def set_status(
-    state: WorkflowState, fields: Mapping[str, Any], *, allowed: Collection[str]
+    state: WorkflowState,
+    fields: Mapping[str, Any],
+    *,
+    allowed: Collection[str],
+    by: str | None = None,
 ) -> WorkflowState:
-    """Set status fields.
+    """Set status fields, as phase ``by`` (``None``: outside a phase run).
 
     Raises:
         StateRefused: a field no guard reads, or a value that is not a JSON scalar.
@@ -78,7 +84,37 @@ def set_status(
             raise StateRefused(f"status field {name!r} is not one the workflow reads; use: {known}")
         if value is not None and not isinstance(value, bool | int | float | str):
             raise StateRefused(f"status field {name!r} takes true/false, a number or a text")
-    return replace(state, status={**state.status, **fields})
+    return with_status(state, fields, by=by)
+
+
+def with_status(
+    state: WorkflowState, fields: Mapping[str, Any], *, by: str | None
+) -> WorkflowState:
+    """``state`` with ``fields`` set by phase ``by`` (``None``: by the runner)."""
+    status_by = {name: phase for name, phase in state.status_by.items() if name not in fields}
+    if by is not None:
+        status_by.update(dict.fromkeys(fields, by))
+    return replace(state, status={**state.status, **fields}, status_by=status_by)
+
+
+def without_verdicts(state: WorkflowState, phase: str, reads: Collection[str]) -> WorkflowState:
+    """``state`` as phase ``phase`` starts a run: its own earlier verdicts are gone.
+
+    A field ``phase`` set in an earlier run is dropped, so a stale verdict never picks its
+    next phase; a field another phase set stays, whoever reads it. A field whose setter is
+    not known (set by the runner, or stored before setters were kept) is dropped when
+    ``phase``'s own transitions read it (``reads``).
+    """
+
+    def stale(name: str) -> bool:
+        setter = state.status_by.get(name)
+        return setter == phase if setter is not None else name in reads
+
+    return replace(
+        state,
+        status={k: v for k, v in state.status.items() if not stale(k)},
+        status_by={k: v for k, v in state.status_by.items() if v != phase},
+    )
 
 
 def put_tasks(

@@ -37,7 +37,9 @@ def state_tools(session: Session) -> Toolset:
 
         def change() -> dict[str, Any]:
             allowed = session.workflow.status_fields()
-            session.state = rules.set_status(session.state, fields, allowed=allowed)
+            run = CURRENT.get()
+            by = run.phase if run is not None else None
+            session.state = rules.set_status(session.state, fields, allowed=allowed, by=by)
             return {"ok": True, "status": dict(session.state.status)}
 
         return _checked(change)

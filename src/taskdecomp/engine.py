@@ -1,0 +1,585 @@
+"""The engine: every run starts, continues and is decided here, whatever its strategy.
+
+- :func:`run` starts a run of a goal with a registered strategy
+  (:mod:`taskdecomp.strategies.registry`);
+- :func:`resume` continues a stored run that crashed, was killed, or stopped on its
+  deadline or a cancel; :func:`approve` continues one that waits for a human, and
+  :func:`reject` ends it;
+- :func:`continue_run` is what the last two (and a queue worker) share: take the run's
+  lease, rebuild its strategy from the store, and go on in a new segment.
+
+An approval may come much later, from another process: everything needed is in the store.
+An edited plan passes the policy boundary (its strategy's ``edit_plan``) before it replaces
+the pending one; when it does not, nothing changes and the run stays paused.
+
+Each has a blocking form for code without an event loop (``run_sync``, ``resume_sync``,
+``approve_sync``) or an async one (``reject_async``). The command line, the service, the
+chat agent and the queue workers call only these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from taskdecomp import durable, owners, stops
+from taskdecomp.approvals import ApprovalRequest
+from taskdecomp.budget import Budget
+from taskdecomp.durable import DEFAULT_DURABILITY, Durability
+from taskdecomp.errors import ConfigError
+from taskdecomp.events import ApprovalDecided, RunStarted, RunStopped, Subscriber
+from taskdecomp.models import Model, ScriptedModel, resolve_model
+from taskdecomp.plan import Plan
+from taskdecomp.run import RunId, RunResult, new_run_id
+from taskdecomp.runtime import Clock, RunContext, run_blocking
+from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Lease, Store, StoredRun
+from taskdecomp.strategies import registry
+from taskdecomp.strategies.base import (
+    Outcome,
+    Phases,
+    ToolsArg,
+    as_toolset,
+    attach_journal,
+    build_context,
+    execute,
+    finish,
+    restore,
+)
+from taskdecomp.strategies.registry import Setup, Strategy, options_for
+from taskdecomp.strategies.replan import ReplanOptions
+from taskdecomp.tools import Toolset
+
+
+async def run(
+    goal: str,
+    *,
+    tools: ToolsArg,
+    model: Model | str,
+    allow: Iterable[str] | None = None,
+    budget: Budget | None = None,
+    combiner_model: Model | str | None = None,
+    on_event: Subscriber | None = None,
+    run_id: RunId | None = None,
+    clock: Clock | None = None,
+    store: Store | None = None,
+    strategy: str = "plan_execute",
+    options: Any = None,
+    replan: ReplanOptions | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    durability: Durability = DEFAULT_DURABILITY,
+    stream_plan: bool | None = None,
+) -> RunResult:
+    """Run ``goal`` with ``strategy``; always returns a result, never raises for a run failure.
+
+    ``plan_execute`` (the default) plans once, executes and combines; ``replan`` plans,
+    runs the ready steps, and asks a replanner after each wave until it answers
+    (:mod:`taskdecomp.strategies.replan`). Any strategy in the registry
+    (:mod:`taskdecomp.strategies.registry`) that starts from a goal may be named.
+
+    Args:
+        goal: what to achieve, in words.
+        tools: the toolset (see :data:`ToolsArg`).
+        model: the planner model, or a model string such as ``scripted:plan.json``.
+        allow: tool names the plan may use; default: every tool in the toolset.
+        budget: limits; default: the seed's.
+        combiner_model: a different model for the combine call; default: ``model``.
+        on_event: receives every event of the run.
+        run_id: use this id instead of a fresh one.
+        clock: monotonic clock, for tests.
+        store: keep the run there, checkpointed after every step, so :func:`resume` can
+            continue it; default: nothing is stored.
+        strategy: a registered strategy's name: ``plan_execute``, ``replan``, or a plugin's.
+        options: the strategy's options: its options object, or their JSON form.
+        replan: the same as ``options``, for the ``replan`` strategy (kept for callers that
+            name it so).
+        lease_seconds: how long the run's lease in the store outlives this process if it
+            dies (see :func:`resume`); renewed every third of it while the run is in flight.
+        durability: ``async`` (default) commits finished steps in groups off the event
+            loop and waits for the disk only before ``unsafe`` calls, at pauses and at the
+            end; ``sync`` commits every step durably before the run goes on.
+        stream_plan: start ``read_only`` steps while the planner still writes the plan
+            (:mod:`taskdecomp.streaming`); default: when the model streams (``openai``,
+            ``local``, a scripted model with ``stream_ms``). ``plan_execute`` only.
+
+    Raises:
+        ConfigError: the goal is empty, the toolset or a model string cannot be loaded, or
+            the strategy is unknown (before the run starts).
+        StoreError: the store cannot be written; the run is then left to :func:`resume`.
+    """
+    _check_goal(goal)
+    durable.durability(durability)
+    chosen = _goal_strategy(strategy)
+    settings = options_for(chosen, options if options is not None else replan)
+    toolset = as_toolset(tools)
+    budget = budget or Budget()
+    ctx = build_context(
+        goal, toolset, resolve_model(model), allow, budget, on_event, run_id or new_run_id()
+    )
+    if clock is not None:
+        ctx.clock = clock
+    combiner = resolve_model(combiner_model) if combiner_model is not None else None
+    started = ctx.clock()
+    if store is not None:
+        new = durable.new_run(
+            ctx.run_id,
+            goal,
+            tools=tools,
+            model=ctx.model,  # the resolved model's name: file paths made absolute
+            combiner_model=combiner,
+            allow=ctx.gateway.allow,
+            budget=budget,
+            strategy=chosen.name,
+            options=chosen.encode(settings),
+        )
+        ttl = durable.lease_seconds(lease_seconds)
+        with store.batch(durable=durability == "sync"):  # async: the first barrier syncs it
+            lease = store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
+        attach_journal(ctx, store, lease, segment=1, started=started, durability=durability)
+    setup = Setup(budget=budget, combiner=combiner, stream_plan=stream_plan)
+    phases = chosen.start(setup, settings)
+    async with durable.leased(ctx.journal):
+        return await execute(ctx, Outcome(), budget, phases, started=started)
+
+
+def _check_goal(goal: str) -> None:
+    """Refuse an empty goal: there is nothing to plan, and no answer could be right.
+
+    Raises:
+        ConfigError: ``goal`` is empty or only whitespace.
+    """
+    if not goal.strip():
+        raise ConfigError("the goal is empty; say in words what the run should achieve")
+
+
+def _goal_strategy(name: str) -> Strategy:
+    """The strategy ``name``, if a run can start it from a goal.
+
+    Raises:
+        ConfigError: it is unknown, or starts elsewhere (``workflow``).
+    """
+    chosen = registry.strategy(name)
+    if not chosen.starts_from_goal:
+        raise ConfigError(
+            f"strategy {name!r} does not start from a goal; choose one of: "
+            f"{', '.join(registry.goal_strategies())}"
+        )
+    return chosen
+
+
+async def resume(
+    run_id: str,
+    *,
+    store: Store,
+    tools: ToolsArg | None = None,
+    model: Model | str | None = None,
+    allow: Iterable[str] | None = None,
+    budget: Budget | None = None,
+    combiner_model: Model | str | None = None,
+    on_event: Subscriber | None = None,
+    clock: Clock | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    durability: Durability = DEFAULT_DURABILITY,
+) -> RunResult:
+    """Continue a stored run that crashed, was killed, or stopped on ``max_seconds``.
+
+    The stored plan is reused and finished steps are not run again; their history comes
+    from the store. An unfinished step runs again when its tool is ``read_only`` or
+    ``idempotent`` (with the same idempotency key). An ``unsafe`` step that started and
+    left no result is never called again: the run stops with
+    ``interrupted_unknown_outcome:<step>`` for a human to decide. The deadline
+    (``max_seconds``) starts afresh. A ``replan`` run continues in the middle of its
+    loop, with its iteration count, its executor agent's turns and its approvals.
+
+    Budgets cover the whole run: model calls, tokens and cost spent before the resume
+    count; each finished tool call counts as one tool call and loop detection knows it,
+    while an attempt that left no result is not counted (it is retried, not repeated).
+
+    A run that has already ended (any other stop reason) is returned as stored and
+    nothing is written. A run that waits for approval is continued by
+    :func:`approve`.
+
+    One process owns a run at a time: resume takes the run's lease and is refused while
+    another process holds it (a run in flight elsewhere); the lease of a process that died
+    expires ``lease_seconds`` after its last renewal. Should this process be taken over
+    in turn (it stalled past its lease), it stops with ``lease_lost`` without writing.
+
+    Args:
+        run_id: the stored run.
+        store: where it is stored.
+        tools: the toolset; default: the one stored with the run.
+        model: the planner model; default: the one stored with the run.
+        allow: tools the plan may use; default: the stored list.
+        budget: limits; default: the stored budget.
+        combiner_model: the combine call's model; default: the stored one, else ``model``.
+        on_event: receives every event of the resumed segment.
+        clock: monotonic clock, for tests.
+        lease_seconds: this process's lease on the run (see :func:`run`).
+        durability: how the resumed segment's checkpoints reach the disk (see :func:`run`).
+
+    Raises:
+        RunNotFoundError: no run has this id.
+        RunLeasedError: another process owns the run; the message names it.
+        LeaseLostError: another process took the run over the moment this one took it.
+        CorruptRecordError: the stored run does not decode.
+        ConfigError: no toolset or model was stored and none is given, or one cannot load;
+            the run waits for approval.
+        StoreError: the store cannot be read or written.
+    """
+    stored = _resumable(store.load_run(RunId(run_id)))
+    if isinstance(stored, RunResult):
+        return stored
+    return await continue_run(
+        run_id,
+        store=store,
+        prepare=_resumable,
+        tools=tools,
+        model=model,
+        allow=allow,
+        budget=budget,
+        combiner_model=combiner_model,
+        on_event=on_event,
+        clock=clock,
+        lease_seconds=lease_seconds,
+        durability=durability,
+    )
+
+
+def _resumable(stored: StoredRun) -> StoredRun | RunResult:
+    """``stored`` when resume has work to do; its result when it ended.
+
+    Raises:
+        ConfigError: it waits for approval.
+    """
+    if stored.summary.status == "paused":
+        run_id = stored.run_id
+        raise ConfigError(
+            f"run {run_id!r} waits for approval; continue it with `taskdecomp approve "
+            f"{run_id}` or end it with `taskdecomp reject {run_id} --reason TEXT`"
+        )
+    return stored if stored.resumable else stored.result()
+
+
+Prepare = Callable[[StoredRun], "StoredRun | RunResult"]
+"""Checks a run read under its lease: the run to continue, or a result to return as is."""
+
+
+async def continue_run(
+    run_id: str,
+    *,
+    store: Store,
+    prepare: Prepare,
+    tools: ToolsArg | None = None,
+    model: Model | str | None = None,
+    allow: Iterable[str] | None = None,
+    budget: Budget | None = None,
+    combiner_model: Model | str | None = None,
+    on_event: Subscriber | None = None,
+    clock: Clock | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    before: Callable[[RunContext], None] | None = None,
+    durability: Durability = DEFAULT_DURABILITY,
+    lease: Lease | None = None,
+    phases: Phases | None = None,
+) -> RunResult:
+    """Take run ``run_id``'s lease and continue it in a new segment.
+
+    For :func:`resume` and :func:`approve`. ``prepare``
+    checks the run as read under the lease (another process may have moved it on since it
+    was first read); ``before`` runs once the context is restored, before the run goes on
+    (an approval records itself there). ``lease``, when the caller has taken the run's
+    lease already (a queue worker), is used instead of taking it; ``phases`` replace the
+    strategy's (a run a worker only ends).
+
+    Raises:
+        RunLeasedError: another process owns the run.
+        ConfigError: ``prepare`` refused the run, or a toolset or model cannot load.
+    """
+    durable.durability(durability)
+    if lease is None:
+        lease, stored = durable.take_over(store, RunId(run_id), seconds=lease_seconds)
+    else:
+        stored = durable.load_leased(store, lease)
+    try:
+        prepared = prepare(stored)
+        if isinstance(prepared, RunResult):
+            store.release_lease(lease)
+            return prepared
+        stored = prepared
+        config = durable.stored_config(stored)
+        budget = budget or config.budget
+        planner = resolve_model(model or durable.require(stored.model, "model", stored.run_id))
+        combiner_spec = combiner_model or config.combiner_model
+        combiner = resolve_model(combiner_spec) if combiner_spec is not None else None
+        toolset: Toolset | None = None
+        if phases is None:
+            chosen = registry.strategy(config.strategy)
+            settings = chosen.options(config.options)
+            setup = Setup(budget=budget, combiner=combiner)
+            toolset, phases = chosen.resume(setup, settings, stored, tools)
+        if toolset is None:
+            toolset = as_toolset(
+                tools
+                if tools is not None
+                else durable.require(stored.tools, "tools", stored.run_id)
+            )
+        _carry_on_scripts(stored, planner)
+    except BaseException:
+        store.release_lease(lease)
+        raise
+    allowed: Iterable[str] | None = config.allow if allow is None else allow
+    if allow is None and (stored.config.get("queue") or {}).get("allow_all"):
+        allowed = None  # submitted without --allow: every tool of the toolset
+    goal = stored.summary.goal
+    ctx = build_context(goal, toolset, planner, allowed, budget, on_event, stored.run_id)
+    if clock is not None:
+        ctx.clock = clock
+    restore(ctx, stored)
+    started = ctx.clock() - stored.usage.seconds
+    journal = attach_journal(
+        ctx, store, lease, segment=stored.segments + 1, started=started, durability=durability
+    )
+    async with durable.leased(journal):
+        journal.reopened()
+        if before is not None:
+            before(ctx)
+        outcome = Outcome(plan=stored.plan)
+        step_id = stored.in_doubt()
+        if step_id is not None:
+            ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=goal))
+            outcome.stop(durable.interrupted(stored, step_id))
+            return finish(ctx, outcome, started)
+        return await execute(ctx, outcome, budget, phases, started=started)
+
+
+def _carry_on_scripts(stored: StoredRun, planner: Model) -> None:
+    """Make a list-form scripted planner go on after the answers the run already used.
+
+    The stored run counts its model calls (``usage.llm_calls``), and a script takes an
+    answer per call. All were the planner's, or the last was a separate combiner's, after
+    which a resumed run does not ask the planner again.
+    """
+    if isinstance(planner, ScriptedModel) and planner.in_order:
+        planner.skip(stored.usage.llm_calls)
+
+
+def run_sync(goal: str, **kwargs: Any) -> RunResult:
+    """Blocking :func:`run`, for scripts and notebooks without an event loop.
+
+    It returns at the deadline even when a tool ignores cancellation (that tool is left
+    behind). Ctrl-C stores the run as ``cancelled`` (resumable), then raises
+    :class:`KeyboardInterrupt`.
+
+    Raises:
+        RuntimeError: when called from inside a running event loop (use ``await run(...)``).
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run_blocking(run(goal, **kwargs))
+    raise RuntimeError("run_sync() cannot run inside an event loop; use `await run(...)`")
+
+
+# -- deciding a paused run ------------------------------------------------------------
+
+
+async def approve(
+    run_id: str,
+    *,
+    store: Store,
+    plan: Any = None,
+    tools: ToolsArg | None = None,
+    model: Model | str | None = None,
+    combiner_model: Model | str | None = None,
+    on_event: Subscriber | None = None,
+    clock: Clock | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    durability: Durability = DEFAULT_DURABILITY,
+) -> RunResult:
+    """Approve what run ``run_id`` waits for, and continue the run.
+
+    The run is taken under its lease first, so two approvals (or an approval and a
+    rejection) of one run cannot both act.
+
+    Args:
+        run_id: a paused run.
+        store: where it is stored.
+        plan: an edited plan to run instead of the pending one (``{"kind": "plan",
+            "steps": [...]}`` or the list of steps); it must pass the policy boundary.
+        tools: the toolset; default: the one stored with the run.
+        model: the planner model; default: the one stored with the run.
+        combiner_model: the combine call's model; default: the stored one.
+        on_event: receives every event of the continued run.
+        clock: monotonic clock, for tests.
+        lease_seconds: this process's lease on the run.
+        durability: how the continued run's checkpoints reach the disk (the approval
+            itself is on disk before anything runs).
+
+    Raises:
+        RunNotFoundError: no run has this id.
+        RunLeasedError: another process holds the run.
+        ConfigError: the run is not waiting for approval, or the edited plan is refused
+            (the message says which rule it breaks); nothing was written.
+    """
+    _pending(_paused(store.load_run(RunId(run_id))))  # refuse early, before taking the lease
+    decision = _Decision(plan)
+    return await continue_run(
+        run_id,
+        store=store,
+        prepare=decision.prepare,
+        tools=tools,
+        model=model,
+        combiner_model=combiner_model,
+        on_event=on_event,
+        clock=clock,
+        lease_seconds=lease_seconds,
+        before=decision.record,
+        durability=durability,
+    )
+
+
+class _Decision:
+    """An approval: checked against the run as read under its lease, then recorded."""
+
+    def __init__(self, plan: Any) -> None:
+        self._plan = plan
+        self._stored: StoredRun | None = None
+        self._pending: ApprovalRequest | None = None
+        self._edited: Plan | None = None
+
+    def prepare(self, stored: StoredRun) -> StoredRun:
+        """The run to continue: paused, with the edited plan (if any) in place.
+
+        Raises:
+            ConfigError: the run is not waiting for approval, or the edit is refused.
+        """
+        self._pending = _pending(_paused(stored))
+        if self._plan is not None:
+            stored, self._edited = _edited(stored, self._pending, self._plan)
+        self._stored = stored
+        return stored
+
+    def record(self, ctx: RunContext) -> None:
+        """Grant the approval and store it (with an edited plan) before anything runs."""
+        assert self._pending is not None and self._stored is not None  # prepare() ran
+        pending, stored, edited = self._pending, self._stored, self._edited
+        ctx.approvals.grant(pending.digest)
+        if edited is not None:
+            ctx.approvals.grant(ApprovalRequest.for_plan(edited).digest)
+        ctx.events.emit(
+            ApprovalDecided(
+                run_id=ctx.run_id, digest=pending.digest, approved=True, edited=edited is not None
+            )
+        )
+        if ctx.journal is not None and stored.plan is not None:
+            approvals = ctx.approvals.to_dict()
+            ctx.journal.state_saved(stored.plan, stored.state, approvals=approvals)
+            ctx.journal.flush()  # the approval holds even if this process dies next
+
+
+def reject(
+    run_id: str, *, store: Store, reason: str, lease_seconds: float = DEFAULT_LEASE_SECONDS
+) -> RunResult:
+    """End paused run ``run_id`` with ``approval_rejected``; ``reason`` becomes its message.
+
+    Raises:
+        RunNotFoundError: no run has this id.
+        RunLeasedError: another process holds the run.
+        ConfigError: the run is not waiting for approval, or ``reason`` is empty.
+    """
+    if not reason.strip():
+        raise ConfigError("a rejection needs a reason: --reason TEXT")
+    _pending(_paused(store.load_run(RunId(run_id))))
+    lease, stored = durable.take_over(store, RunId(run_id), seconds=lease_seconds)
+    try:
+        pending = _pending(_paused(stored))
+    except BaseException:
+        store.release_lease(lease)
+        raise
+    result = stored.ended(stops.APPROVAL_REJECTED, f"rejected: {reason.strip()}")
+    journal = durable.Journal(store, lease, segment=stored.segments, usage=lambda: result.usage)
+    journal(
+        ApprovalDecided(run_id=stored.run_id, digest=pending.digest, approved=False, reason=reason)
+    )
+    journal(RunStopped(run_id=stored.run_id, result=result))
+    approvals = {"approved": list(stored.approvals.get("approved", [])), "pending": None}
+    return journal.finished(result, approvals=approvals)
+
+
+def _paused(stored: StoredRun) -> StoredRun:
+    run_id = stored.run_id
+    if stored.summary.status != "paused":
+        summary = stored.summary
+        raise ConfigError(
+            f"run {run_id!r} is not waiting for approval (status {summary.status}, stop reason "
+            f"{summary.stop_reason or '-'}); nothing to approve or reject"
+        )
+    return stored
+
+
+def _pending(stored: StoredRun) -> ApprovalRequest:
+    raw = stored.approvals.get("pending")
+    if not isinstance(raw, dict) or raw.get("kind") not in ("plan", "tool"):
+        raise ConfigError(
+            f"run {stored.run_id!r} is paused but its pending approval is not stored; "
+            "reject it, or resume it from a copy of the store"
+        )
+    return ApprovalRequest(kind=raw["kind"], digest=str(raw["digest"]), subject=raw["subject"])
+
+
+def _edited(stored: StoredRun, pending: ApprovalRequest, plan: Any) -> tuple[StoredRun, Plan]:
+    """``stored`` with ``plan`` in place of its pending plan, if its strategy revises plans.
+
+    Raises:
+        ConfigError: the run waits for a tool call, its strategy has no plan to edit, or the
+            edited plan is refused.
+    """
+    config = durable.stored_config(stored)
+    chosen = registry.strategy(config.strategy)
+    edit = getattr(chosen, "edit_plan", None)
+    if pending.kind != "plan" or edit is None:
+        takers = [n for n in registry.STRATEGIES.names() if _edits(registry.strategy(n))]
+        raise ConfigError(
+            f"run {stored.run_id!r} waits for a {pending.kind} approval; an edited plan "
+            f"replaces a pending plan of the {' or '.join(takers)} strategy only"
+        )
+    edited: tuple[StoredRun, Plan] = edit(stored, config, plan)
+    return edited
+
+
+def _edits(strategy: object) -> bool:
+    return getattr(strategy, "edit_plan", None) is not None
+
+
+def approve_sync(run_id: str, **kwargs: Any) -> RunResult:
+    """Blocking :func:`approve` (see :func:`run_sync`).
+
+    Raises:
+        RuntimeError: when called from inside a running event loop (use ``await approve(...)``).
+    """
+    _no_loop("approve_sync", "approve")
+    return run_blocking(approve(run_id, **kwargs))
+
+
+async def reject_async(run_id: str, **kwargs: Any) -> RunResult:
+    """:func:`reject` for async code: the store's writes run in a worker thread."""
+    return await asyncio.to_thread(functools.partial(reject, run_id, **kwargs))
+
+
+def resume_sync(run_id: str, **kwargs: Any) -> RunResult:
+    """Blocking :func:`resume` (see :func:`run_sync`).
+
+    Raises:
+        RuntimeError: when called from inside a running event loop (use ``await resume(...)``).
+    """
+    _no_loop("resume_sync", "resume")
+    return run_blocking(resume(run_id, **kwargs))
+
+
+def _no_loop(name: str, instead: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(f"{name}() cannot run inside an event loop; use `await {instead}(...)`")

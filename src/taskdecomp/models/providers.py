@@ -1,0 +1,58 @@
+"""The built-in model providers, as registered (``taskdecomp.models`` entry points).
+
+Each imports its model's module only when it builds one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from taskdecomp.errors import ModelNotFoundError
+from taskdecomp.models.base import Model
+from taskdecomp.models.connection import Connection
+
+F = TypeVar("F", bound=Callable[..., Model])
+
+
+def provider(*, connects: bool, names_files: bool = False) -> Callable[[F], F]:
+    """Mark a function of ``(name, connection)`` as a provider.
+
+    Args:
+        connects: it reaches a server, so a connection (``--base-url``...) applies to it.
+        names_files: what follows ``provider:`` is a path on this machine, so a queued run
+            may not name it (a worker registers it under a name instead).
+    """
+
+    def mark(function: F) -> F:
+        function.connects = connects  # type: ignore[attr-defined]  # the Provider protocol
+        function.names_files = names_files  # type: ignore[attr-defined]
+        return function
+
+    return mark
+
+
+@provider(connects=False, names_files=True)
+def scripted(name: str, connection: Connection) -> Model:
+    """``scripted:PATH``: answers from a script file."""
+    from taskdecomp.models.scripted import ScriptedModel
+
+    if not name:
+        raise ModelNotFoundError("the scripted model needs a file: 'scripted:PATH'")
+    return ScriptedModel.from_file(name)
+
+
+@provider(connects=True)
+def openai(name: str, connection: Connection) -> Model:
+    """``openai[:MODEL]``: OpenAI, or any server that speaks its Chat Completions API."""
+    from taskdecomp.models.openai import openai_model
+
+    return openai_model(name, connection=connection)
+
+
+@provider(connects=False, names_files=True)
+def local(name: str, connection: Connection) -> Model:
+    """``local[:PATH.gguf]``: the embedded model (the ``local`` extra)."""
+    from taskdecomp.models.local import LocalModel
+
+    return LocalModel(name or None)
