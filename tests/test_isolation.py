@@ -82,23 +82,28 @@ def finished(marks: Path, tool_name: str) -> bool:
     return (marks / f"{tool_name}.finished").exists()
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
 def gone(pid: int, within: float = 60.0) -> bool:
-    """Whether process ``pid`` has ended (a zombie counts as ended) within ``within`` s.
+    """Whether process ``pid`` has ended within ``within`` s.
 
     It returns as soon as the process is gone; the bound is only how long to wait for a
     process that was never killed (it sleeps ten minutes), so it is generous for a busy
     machine.
     """
     until = time.monotonic() + within
-    while time.monotonic() < until:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state == "Z":
-            return True
+    while running(pid):
+        if time.monotonic() >= until:
+            return False
         time.sleep(0.05)
-    return False
+    return True
 
 
 def test_an_async_tool_that_ignores_cancellation_cannot_hold_the_run_past_its_deadline(
@@ -191,6 +196,7 @@ def test_an_isolated_tool_that_crashes_or_fails_is_a_tool_error(name: str, messa
 
 
 def test_an_isolated_tool_past_the_deadline_is_killed(marks: Path) -> None:
+    call("isolated_async", n=1)  # worker processes start at once now, well before the deadline
     result = finish("isolated_sleeps", max_seconds=4)
     assert result.stop_reason == "max_seconds"
     pid = int((marks / "isolated_sleeps.pid").read_text())
@@ -200,6 +206,7 @@ def test_an_isolated_tool_past_the_deadline_is_killed(marks: Path) -> None:
 
 
 def test_an_isolated_tool_past_its_timeout_is_killed(marks: Path) -> None:
+    call("isolated_async", n=1)  # worker processes start at once now, well within the timeout
     stop = failure("isolated_sleeps_past_timeout", n=1)
     assert stop.reason == "tool_timeout:isolated_sleeps_past_timeout"
     assert gone(int((marks / "isolated_sleeps_past_timeout.pid").read_text()))

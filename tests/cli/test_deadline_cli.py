@@ -13,6 +13,7 @@ import os
 import select
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 
 from tests import deadline_tools
 from tests.clitools import EXE
-from tests.test_isolation import KINDS, finished, gone
+from tests.test_isolation import KINDS, finished, running
 
 TOOLS = Path(deadline_tools.__file__)
 
@@ -57,10 +58,45 @@ def start(tmp_path: Path, tool_name: str, *extra: str, **args: Any) -> list[str]
 
 
 def finish(argv: list[str]) -> tuple[int, dict[str, Any], str]:
-    """Run ``argv`` to its end: exit code, the JSON it printed, stderr."""
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc.returncode, json.loads(proc.stdout), proc.stderr
+    """Run ``argv`` to its end: exit code, the JSON it printed, stderr.
+
+    The output goes to files, not pipes: a process the command left behind would hold a
+    pipe open, and the wait would end only with that process; :func:`left_behind` says so.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        code = subprocess.run(argv, stdout=out, stderr=err, timeout=120).returncode
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    assert "Traceback" not in stderr, stderr
+    return code, json.loads(stdout), stderr
+
+
+def left_behind(marks: Path, within: float = 60) -> list[int]:
+    """The processes the command started that still run once it has exited: none, at once.
+
+    Every process the command starts inherits ``DEADLINE_MARKS``, which names this test's
+    own folder; the helpers multiprocessing starts end soon after the command. Whatever
+    still runs after ``within`` seconds is killed (a tool would sleep ten minutes) and named.
+    """
+    needle = f"DEADLINE_MARKS={marks}".encode()
+
+    def ours() -> list[int]:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and needle in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+        return [pid for pid in found if pid != os.getpid() and running(pid)]
+
+    until = time.monotonic() + within
+    while (left := ours()) and time.monotonic() < until:
+        time.sleep(0.1)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
 
 
 def show(run_id: str) -> dict[str, Any]:
@@ -93,8 +129,8 @@ def test_an_isolated_tool_is_killed_with_the_run(tmp_path: Path, marks: Path) ->
     argv = start(tmp_path, "isolated_sleeps", "--max-seconds", "4", "--json")
     code, result, _ = finish(argv)
     assert (code, result["stop_reason"]) == (1, "max_seconds")
-    assert gone(int((marks / "isolated_sleeps.pid").read_text()))
-    assert not finished(marks, "isolated_sleeps")  # killed, not left to end
+    assert left_behind(marks) == []  # the tool's process was killed with the run
+    assert not finished(marks, "isolated_sleeps")
 
 
 @pytest.mark.parametrize(
