@@ -74,6 +74,14 @@ def clock() -> Clock:
     return Clock()
 
 
+@pytest.fixture
+def timed(store_url: str, clock: Clock) -> Iterator[SqlStore]:
+    """A store on each backend whose clock the test moves."""
+    opened = open_store(store_url, now=clock)
+    yield opened
+    opened.close()
+
+
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest) -> str:
     """The URL of an empty store, on each backend in turn."""

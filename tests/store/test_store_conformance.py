@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -419,14 +418,6 @@ def test_a_read_sees_one_snapshot_while_a_writer_commits(store: SqlStore) -> Non
 
 
 # --- leases: one owner per run ---------------------------------------------------------------
-
-
-@pytest.fixture
-def timed(store_url: str, clock: Clock) -> Iterator[SqlStore]:
-    """A store on each backend whose clock the test moves."""
-    opened = open_store(store_url, now=clock)
-    yield opened
-    opened.close()
 
 
 def holder(store: SqlStore, run_id: str = "r1") -> Lease | None:
