@@ -15,6 +15,9 @@ EXE = Path(sys.executable).with_name("taskdecomp")
 CHILD = (sys.executable, "-c", "import sys; from taskdecomp.cli import main; main(sys.argv[1:])")
 """The command in a child process, through :func:`taskdecomp.cli.main`; its arguments follow."""
 
+ENTRY = (sys.executable, "-c", "from taskdecomp_entry import main; main()")
+"""The command in a child process as the console script starts it (Ctrl-C set up first)."""
+
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """Run ``taskdecomp ARGV`` in this process: its exit code, its stdout and its stderr.
