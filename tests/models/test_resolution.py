@@ -239,4 +239,6 @@ def test_cli_base_url_without_an_openai_model_is_a_usage_error(
     )  # fmt: skip
 
     assert code == 2
-    assert "--base-url applies to models of a provider that connects to a server (openai" in err
+    assert "--base-url applies to models of a provider that connects to a server (" in err
+    listed = err.partition("server (")[2].partition(")")[0].split(", ")
+    assert "openai" in listed, err  # with any installed plugin's provider that connects too
