@@ -2,7 +2,9 @@
 
 As it starts, every slow tool writes its process id to ``$DEADLINE_MARKS/<tool>.pid`` when
 ``DEADLINE_MARKS`` names a directory, so a test knows the call is under way (and which
-process runs it).
+process runs it). A slow tool takes ten minutes, far past any test's patience, and writes
+``<tool>.finished`` if it ever gets to its end: a run that waited for it would hit the
+test's timeout, and a marker shows a call that was meant to be cut off ran to its end.
 """
 
 from __future__ import annotations
@@ -17,15 +19,30 @@ from typing import Literal
 
 from taskdecomp import tool
 
-SLEEP = 30.0
+SLEEP = 600.0
 
 Kind = Literal["KeyboardInterrupt", "SystemExit0", "SystemExit3", "CancelledError", "BaseException"]
 
 
-def _started(name: str) -> None:
+def _mark(name: str, text: str) -> None:
     marks = os.environ.get("DEADLINE_MARKS")
     if marks:
-        Path(marks, f"{name}.pid").write_text(str(os.getpid()))
+        Path(marks, name).write_text(text)
+
+
+def _started(name: str) -> None:
+    _mark(f"{name}.pid", str(os.getpid()))
+
+
+def _finished(name: str) -> None:
+    _mark(f"{name}.finished", str(os.getpid()))
+
+
+def _sleep(name: str) -> None:
+    """Mark the start, sleep :data:`SLEEP` seconds, mark the end."""
+    _started(name)
+    time.sleep(SLEEP)
+    _finished(name)
 
 
 def _exception(kind: Kind) -> BaseException:
@@ -44,30 +61,27 @@ def quick(n: int) -> int:
 
 
 def sleeps(n: int) -> int:
-    """Sleep 30 s in a worker thread."""
-    _started("sleeps")
-    time.sleep(SLEEP)
+    """Sleep ten minutes in a worker thread."""
+    _sleep("sleeps")
     return n
 
 
 @tool(timeout=1)
 def sleeps_past_timeout(n: int) -> int:
-    """Sleep 30 s, with a 1 s timeout."""
-    _started("sleeps_past_timeout")
-    time.sleep(SLEEP)
+    """Sleep ten minutes, with a 1 s timeout."""
+    _sleep("sleeps_past_timeout")
     return n
 
 
 @tool(side_effects="unsafe")
 def charges_slowly(n: int) -> int:
-    """An unsafe call that takes 30 s."""
-    _started("charges_slowly")
-    time.sleep(SLEEP)
+    """An unsafe call that takes ten minutes."""
+    _sleep("charges_slowly")
     return n
 
 
 async def ignores_cancellation(n: int) -> int:
-    """Sleep 30 s on the event loop, swallowing every cancellation."""
+    """Sleep ten minutes on the event loop, swallowing every cancellation."""
     _started("ignores_cancellation")
     end = time.monotonic() + SLEEP
     while (left := end - time.monotonic()) > 0:
@@ -75,6 +89,7 @@ async def ignores_cancellation(n: int) -> int:
             await asyncio.sleep(left)
         except asyncio.CancelledError:
             continue
+    _finished("ignores_cancellation")
     return n
 
 
@@ -96,17 +111,15 @@ def isolated_raises(n: int, kind: Kind) -> int:
 
 @tool(isolation="process")
 def isolated_sleeps(n: int) -> int:
-    """Sleep 30 s in a worker process."""
-    _started("isolated_sleeps")
-    time.sleep(SLEEP)
+    """Sleep ten minutes in a worker process."""
+    _sleep("isolated_sleeps")
     return n
 
 
 @tool(isolation="process", timeout=1)
 def isolated_sleeps_past_timeout(n: int) -> int:
-    """Sleep 30 s in a worker process, with a 1 s timeout."""
-    _started("isolated_sleeps_past_timeout")
-    time.sleep(SLEEP)
+    """Sleep ten minutes in a worker process, with a 1 s timeout."""
+    _sleep("isolated_sleeps_past_timeout")
     return n
 
 

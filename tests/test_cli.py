@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from taskdecomp.cli import main
+from tests.clitools import EXE, cli
 from tests.conftest import EXAMPLES, SALES_TOOLS
 from tests.support import SEED_GOAL, seed_plan
 
 SCRIPT = EXAMPLES / "sales_report" / "script.json"
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exited.value.code or 0), out, err
 
 
 def script(tmp_path: Path, *responses: Any) -> str:
@@ -164,10 +156,9 @@ def test_bad_environment_value_is_a_usage_error(
 
 
 def test_the_installed_command_runs_the_example(tmp_path: Path) -> None:
-    exe = Path(sys.executable).with_name("taskdecomp")
     proc = subprocess.run(
         [
-            str(exe),
+            str(EXE),
             "run",
             SEED_GOAL,
             "--tools",

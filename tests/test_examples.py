@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from taskdecomp.cli import main
+from tests.clitools import cli
 from tests.conftest import EXAMPLES, SALES_TOOLS
 
 
@@ -30,22 +30,20 @@ def test_run_decomposer_example_shows_both_modes() -> None:
 
 
 def test_the_replan_example_runs_two_waves_and_answers(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(
-            [
-                "run",
-                "Prepare an April 2026 monthly sales summary for manager_id=42 in USD.",
-                "--tools",
-                str(SALES_TOOLS),
-                "--strategy",
-                "replan",
-                "--model",
-                f"scripted:{EXAMPLES / 'replan' / 'sales.json'}",
-                "--json",
-            ]
-        )
-    assert exited.value.code == 0
-    data = json.loads(capsys.readouterr().out)
+    code, out, err = cli(
+        capsys,
+        "run",
+        "Prepare an April 2026 monthly sales summary for manager_id=42 in USD.",
+        "--tools",
+        str(SALES_TOOLS),
+        "--strategy",
+        "replan",
+        "--model",
+        f"scripted:{EXAMPLES / 'replan' / 'sales.json'}",
+        "--json",
+    )
+    assert code == 0, err
+    data = json.loads(out)
     assert data["stop_reason"] == "success" and data["usage"]["llm_calls"] == 3
     kpis = next(h for h in data["history"] if h["plan_step"]["id"] == "s4")
     assert kpis["observation"]["net_sales_usd"] == 26825.0  # computed from the $ref'd month

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import tomllib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -26,9 +25,8 @@ from taskdecomp.run import RunId
 from taskdecomp.store import open_store
 from taskdecomp.strategies.registry import STRATEGIES, goal_strategies
 from taskdecomp.toolsets import SOURCES
+from tests.clitools import ENTRY
 from tests.conftest import ROOT
-
-CLI = [sys.executable, "-c", "from taskdecomp_entry import main; main()"]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -40,7 +38,7 @@ def installed() -> None:
 
 
 def cli(*args: str) -> tuple[int, str, str]:
-    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([*ENTRY, *args], capture_output=True, text=True, timeout=120)
     return done.returncode, done.stdout, done.stderr
 
 

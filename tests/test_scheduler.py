@@ -10,10 +10,15 @@ from tests.support import SEED_GOAL, plan_of, step
 
 
 class Probe:
-    """Async tools that log start/end and count how many run at once."""
+    """Async tools that log start/end and count how many run at once.
 
-    def __init__(self, delay: float = 0.05) -> None:
+    ``work`` takes ``delay`` seconds, ``fail`` takes ``fail_delay`` (half of ``delay`` unless
+    given) and then raises.
+    """
+
+    def __init__(self, delay: float = 0.05, fail_delay: float | None = None) -> None:
         self.delay = delay
+        self.fail_delay = delay / 2 if fail_delay is None else fail_delay
         self.log: list[str] = []
         self.running = 0
         self.peak = 0
@@ -31,7 +36,7 @@ class Probe:
             return name
 
         async def fail(name: str) -> str:
-            await asyncio.sleep(self.delay / 2)
+            await asyncio.sleep(self.fail_delay)
             raise ValueError(f"{name} failed")
 
         return [work, fail]
@@ -98,7 +103,7 @@ def test_a_chain_in_a_dag_runs_in_dependency_order_not_list_order() -> None:
 
 
 def test_first_failure_cancels_running_siblings_and_skips_dependents() -> None:
-    probe = Probe(delay=0.5)
+    probe = Probe(delay=600, fail_delay=0.05)  # a run that waited for s1 would time out
     plan = plan_of(
         work(1, depends_on=[]),
         step(2, "fail", {"name": "f"}, depends_on=[]),
@@ -111,13 +116,11 @@ def test_first_failure_cancels_running_siblings_and_skips_dependents() -> None:
     assert by_id["step_1"].error == "cancelled before it finished"
     assert by_id["step_2"].error == "ValueError: f failed"
     assert "step_3" not in by_id
-    assert result.usage.seconds < 0.5
 
 
-def test_empty_depends_on_everywhere_is_fully_parallel_with_timing() -> None:
+def test_empty_depends_on_everywhere_is_fully_parallel() -> None:
     probe = Probe(delay=0.2)
     plan = plan_of(*(work(i, depends_on=[]) for i in range(1, 6)))
     result, _ = go(plan, probe)
     assert result.ok
-    assert probe.peak == 5
-    assert result.usage.seconds < 0.2 * 5 / 2  # far below sequential time
+    assert probe.peak == 5  # all five at once: none ended before the last one started

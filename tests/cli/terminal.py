@@ -15,13 +15,11 @@ import re
 import select
 import signal
 import struct
-import sys
 import termios
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-EXE = Path(sys.executable).with_name("taskdecomp")
+from tests.clitools import EXE
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]")
 

@@ -1,8 +1,9 @@
 """The installed command, in a real process: it exits on time whatever a tool does, and Ctrl-C
 stops a run as ``cancelled``.
 
-Each run's tool would take 30 s; the bounds on the process's life are generous (the machine
-is shared), but far below that.
+Each run's tool would take ten minutes (``tests/deadline_tools.py``), so a process that
+waited for it would not exit before the test gives up on it; no test measures how long the
+process lived, which depends on the machine's load.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import select
 import signal
 import subprocess
-import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,10 @@ from typing import Any
 import pytest
 
 from tests import deadline_tools
-from tests.test_isolation import KINDS, gone
+from tests.clitools import EXE
+from tests.test_isolation import KINDS, finished, running
 
 TOOLS = Path(deadline_tools.__file__)
-EXE = Path(sys.executable).with_name("taskdecomp")
 
 
 @pytest.fixture
@@ -56,13 +57,46 @@ def start(tmp_path: Path, tool_name: str, *extra: str, **args: Any) -> list[str]
     )
 
 
-def finish(argv: list[str]) -> tuple[int, dict[str, Any], str, float]:
-    """Run ``argv`` to its end: exit code, the JSON it printed, stderr, seconds it lived."""
-    started = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    elapsed = time.monotonic() - started
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc.returncode, json.loads(proc.stdout), proc.stderr, elapsed
+def finish(argv: list[str]) -> tuple[int, dict[str, Any], str]:
+    """Run ``argv`` to its end: exit code, the JSON it printed, stderr.
+
+    The output goes to files, not pipes: a process the command left behind would hold a
+    pipe open, and the wait would end only with that process; :func:`left_behind` says so.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        code = subprocess.run(argv, stdout=out, stderr=err, timeout=120).returncode
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    assert "Traceback" not in stderr, stderr
+    return code, json.loads(stdout), stderr
+
+
+def left_behind(marks: Path, within: float = 60) -> list[int]:
+    """The processes the command started that still run once it has exited: none, at once.
+
+    Every process the command starts inherits ``DEADLINE_MARKS``, which names this test's
+    own folder; the helpers multiprocessing starts end soon after the command. Whatever
+    still runs after ``within`` seconds is killed (a tool would sleep ten minutes) and named.
+    """
+    needle = f"DEADLINE_MARKS={marks}".encode()
+
+    def ours() -> list[int]:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and needle in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+        return [pid for pid in found if pid != os.getpid() and running(pid)]
+
+    until = time.monotonic() + within
+    while (left := ours()) and time.monotonic() < until:
+        time.sleep(0.1)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
 
 
 def show(run_id: str) -> dict[str, Any]:
@@ -84,19 +118,19 @@ def test_the_process_exits_by_the_deadline_whatever_the_tool_does(
     tmp_path: Path, marks: Path, tool_name: str, max_seconds: str, reason: str
 ) -> None:
     argv = start(tmp_path, tool_name, "--max-seconds", max_seconds, "--json")
-    code, result, _, elapsed = finish(argv)
+    code, result, _ = finish(argv)
     assert (marks / f"{tool_name}.pid").exists()
     assert (code, result["stop_reason"]) == (1, reason)
-    assert elapsed < 1 + 5, elapsed  # the tool goes on for 30 s
+    assert not finished(marks, tool_name)  # the process exited without waiting for it
     assert show(result["run_id"])["status"] == "stopped"
 
 
 def test_an_isolated_tool_is_killed_with_the_run(tmp_path: Path, marks: Path) -> None:
     argv = start(tmp_path, "isolated_sleeps", "--max-seconds", "4", "--json")
-    code, result, _, elapsed = finish(argv)
+    code, result, _ = finish(argv)
     assert (code, result["stop_reason"]) == (1, "max_seconds")
-    assert elapsed < 4 + 5, elapsed
-    assert gone(int((marks / "isolated_sleeps.pid").read_text()), within=2)
+    assert left_behind(marks) == []  # the tool's process was killed with the run
+    assert not finished(marks, "isolated_sleeps")
 
 
 @pytest.mark.parametrize(
@@ -109,14 +143,14 @@ def test_an_isolated_tool_is_killed_with_the_run(tmp_path: Path, marks: Path) ->
 def test_an_isolated_tool_that_dies_is_a_tool_error(
     tmp_path: Path, tool_name: str, message: str
 ) -> None:
-    code, result, _, _ = finish(start(tmp_path, tool_name, "--json"))
+    code, result, _ = finish(start(tmp_path, tool_name, "--json"))
     assert (code, result["stop_reason"]) == (1, f"tool_error:{tool_name}")
     assert result["trace"][0]["error"].startswith(message)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_a_tool_raising_base_exception_is_a_tool_error(tmp_path: Path, kind: str) -> None:
-    code, result, _, _ = finish(start(tmp_path, "raises", "--json", kind=kind))
+    code, result, _ = finish(start(tmp_path, "raises", "--json", kind=kind))
     assert (code, result["stop_reason"], result["message"]) == (1, "tool_error:raises", KINDS[kind])
     assert result["trace"][0]["error"] == KINDS[kind]
     stored = show(result["run_id"])
@@ -126,21 +160,18 @@ def test_a_tool_raising_base_exception_is_a_tool_error(tmp_path: Path, kind: str
 def test_an_unsafe_step_abandoned_at_the_deadline_stays_in_doubt(
     tmp_path: Path, marks: Path
 ) -> None:
-    code, result, _, elapsed = finish(
-        start(tmp_path, "charges_slowly", "--max-seconds", "1", "--json")
-    )
+    code, result, _ = finish(start(tmp_path, "charges_slowly", "--max-seconds", "1", "--json"))
     assert (code, result["stop_reason"]) == (1, "max_seconds")
-    assert elapsed < 1 + 5, elapsed
-    code, resumed, _, _ = finish(command("resume", result["run_id"], "--json"))
+    code, resumed, _ = finish(command("resume", result["run_id"], "--json"))
     assert (code, resumed["stop_reason"]) == (1, "interrupted_unknown_outcome:s1")
-    assert (marks / "charges_slowly.pid").exists()
+    assert (marks / "charges_slowly.pid").exists() and not finished(marks, "charges_slowly")
 
 
 def wait_for(proc: subprocess.Popen[bytes], path: Path | None, needle: bytes = b"") -> bytes:
-    """Wait (at most 30 s) until ``path`` exists or stderr shows ``needle``; stderr so far."""
+    """Wait (at most 120 s) until ``path`` exists or stderr shows ``needle``; stderr so far."""
     assert proc.stderr is not None
     seen = b""
-    until = time.monotonic() + 30
+    until = time.monotonic() + 120
     while time.monotonic() < until:
         if path is not None and path.exists():
             return seen
@@ -153,20 +184,23 @@ def wait_for(proc: subprocess.Popen[bytes], path: Path | None, needle: bytes = b
 
 
 def interrupt(argv: list[str], *, marker: Path | None, needle: bytes = b"", times: int = 1) -> Any:
+    """Start ``argv``, type Ctrl-C ``times`` once it got there: exit code, stdout, stderr.
+
+    The process must then exit on its own: its tool (or import) would take ten minutes.
+    """
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     seen = wait_for(proc, marker, needle)
-    started = time.monotonic()
     for _ in range(times):
         proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    return proc.returncode, out.decode(), seen + err, time.monotonic() - started
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out.decode(), seen + err
 
 
 def test_ctrl_c_stops_the_run_as_cancelled_and_it_can_resume(tmp_path: Path, marks: Path) -> None:
     argv = start(tmp_path, "sleeps", "--json")
-    code, out, err, elapsed = interrupt(argv, marker=marks / "sleeps.pid")
+    code, out, err = interrupt(argv, marker=marks / "sleeps.pid")
     assert code == 130, err
-    assert elapsed < 5, elapsed
+    assert not finished(marks, "sleeps")
     assert b"Traceback" not in err
     result = json.loads(out)
     assert (result["status"], result["stop_reason"]) == ("stopped", "cancelled")
@@ -174,18 +208,16 @@ def test_ctrl_c_stops_the_run_as_cancelled_and_it_can_resume(tmp_path: Path, mar
     stored = show(result["run_id"])
     assert (stored["status"], stored["stop_reason"]) == ("stopped", "cancelled")
 
-    code, resumed, _, _ = finish(
-        command("resume", result["run_id"], "--max-seconds", "1", "--json")
-    )
+    code, resumed, _ = finish(command("resume", result["run_id"], "--max-seconds", "1", "--json"))
     assert (code, resumed["stop_reason"]) == (1, "max_seconds")  # it ran the step again
     assert show(result["run_id"])["segments"] == 2
 
 
-def test_a_second_ctrl_c_exits_at_once_without_a_traceback(tmp_path: Path) -> None:
+def test_a_second_ctrl_c_exits_at_once_without_a_traceback(tmp_path: Path, marks: Path) -> None:
     argv = start(tmp_path, "ignores_cancellation")
-    code, out, err, elapsed = interrupt(argv, marker=None, needle=b"ignores_cancellation", times=2)
+    code, out, err = interrupt(argv, marker=None, needle=b"ignores_cancellation", times=2)
     assert code == 130, err
-    assert elapsed < 5, elapsed
+    assert not finished(marks, "ignores_cancellation")
     assert b"Traceback" not in err and "Traceback" not in out
 
 
@@ -195,12 +227,13 @@ def test_ctrl_c_while_the_toolset_imports_exits_quietly(tmp_path: Path, marks: P
         "import os, time\n"
         "from pathlib import Path\n"
         "Path(os.environ['DEADLINE_MARKS'], 'importing').touch()\n"
-        "time.sleep(30)\n"
+        "time.sleep(600)\n"
+        "Path(os.environ['DEADLINE_MARKS'], 'imported').touch()\n"
         "def look(n: int) -> int:\n"
         "    return n\n"
     )
     argv = command("run", "goal", "--tools", str(slow), "--model", script(tmp_path, "look"))
-    code, out, err, elapsed = interrupt(argv, marker=marks / "importing")
+    code, out, err = interrupt(argv, marker=marks / "importing")
     assert (code, out) == (130, "")
-    assert elapsed < 5, elapsed
+    assert not (marks / "imported").exists()
     assert err.strip() == b"", err

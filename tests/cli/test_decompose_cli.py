@@ -8,20 +8,13 @@ from typing import Any
 
 import pytest
 
-from taskdecomp.cli import main
 from taskdecomp.store import open_store
+from tests.clitools import cli
 from tests.conftest import EXAMPLES
 
 SCRIPT = EXAMPLES / "decomposer" / "script.json"
 LOGISTICS = EXAMPLES / "decomposer" / "logistics.json"
 GOAL = "Launch a developer conference in Berlin"
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exited.value.code or 0), out, err
 
 
 def test_decompose_a_goal_draws_the_tree_and_says_what_failed(

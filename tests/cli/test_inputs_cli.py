@@ -13,19 +13,11 @@ from typing import Any
 
 import pytest
 
-from taskdecomp.cli import main
-from tests.cli.terminal import EXE
+from tests.clitools import EXE, cli
 from tests.conftest import EXAMPLES, SALES_TOOLS
 from tests.support import SEED_GOAL
 
 SALES_SCRIPT = EXAMPLES / "sales_report" / "script.json"
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exited.value.code or 0), out, err
 
 
 def sales(*extra: str) -> list[str]:

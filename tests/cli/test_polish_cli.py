@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from taskdecomp.cli import main
+from tests.clitools import cli
 from tests.conftest import EXAMPLES, SALES_TOOLS
 from tests.support import SEED_GOAL
 
@@ -24,13 +24,6 @@ SALES_SCRIPT = EXAMPLES / "sales_report" / "script.json"
 REPLAN_SCRIPT = EXAMPLES / "replan" / "sales.json"
 WORKFLOW = EXAMPLES / "workflow"
 RUN_ID = re.compile(r"\b[0-9a-f]{32}\b")
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exited.value.code or 0), out, err
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-CLI = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
+from tests.clitools import CHILD
 
 
 @pytest.mark.parametrize(
@@ -25,7 +24,7 @@ def test_a_bad_start_is_one_line(tmp_path: Path, args: tuple[str, ...], message:
     (tmp_path / "t.py").write_text("def work(name: str) -> str:\n    return name\n")
     (tmp_path / "s.json").write_text("[]")
     done = subprocess.run(
-        [sys.executable, "-c", CLI, "serve", "--port", "0", "--db", str(tmp_path / "r.db"),
+        [*CHILD, "serve", "--port", "0", "--db", str(tmp_path / "r.db"),
          *args],
         capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )  # fmt: skip
@@ -36,7 +35,5 @@ def test_a_bad_start_is_one_line(tmp_path: Path, args: tuple[str, ...], message:
 
 
 def test_serve_help_names_the_token() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", CLI, "serve", "--help"], capture_output=True, text=True, timeout=60
-    )
+    done = subprocess.run([*CHILD, "serve", "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "TASKDECOMP_API_TOKEN" in done.stdout

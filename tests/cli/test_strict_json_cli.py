@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from taskdecomp.cli import main
+from tests.clitools import cli
 from tests.conftest import EXAMPLES, SALES_TOOLS
 from tests.support import SEED_GOAL
 
@@ -21,13 +21,6 @@ def refuse(name: str) -> Any:
 
 def strict(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exited.value.code or 0), out, err
 
 
 BIG_META = '{"budget_eur": 1.7976931348623157e308, "seats": ' + "9" * 30 + "}"

@@ -15,20 +15,13 @@ from typing import Any
 import pytest
 from rich.cells import cell_len
 
-from taskdecomp.cli import main
-from tests.cli.terminal import EXE, taskdecomp
+from tests.cli.terminal import taskdecomp
+from tests.clitools import EXE, cli
 from tests.conftest import EXAMPLES, SALES_TOOLS
 from tests.support import SEED_GOAL
 
 DAG_SCRIPT = EXAMPLES / "sales_report" / "script_parallel.json"
 LONG_GOAL = SEED_GOAL + " Then compare it with March and explain every difference in detail."
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exited.value.code or 0), out, err
 
 
 def run_json(*argv: str) -> dict[str, Any]:

@@ -8,15 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from taskdecomp.cli import main
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exited.value.code or 0), out, err
-
+from tests.clitools import cli
 
 BROKEN = """
 workflow: {name: mine, start: work}

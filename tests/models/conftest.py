@@ -139,8 +139,8 @@ class FakeOpenAI:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 reply = fake._next(body, {k.lower(): v for k, v in self.headers.items()})
-                if reply.stall:
-                    fake.released.wait(30)
+                if reply.stall:  # far past any test's timeout: a client must give up first
+                    fake.released.wait(600)
                     return
                 data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                 content_type = reply.content_type

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import json
 import math
-import time
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
@@ -488,17 +487,13 @@ def bare(*indexes: int) -> dict[str, Any]:
 
 
 def test_a_large_catalog_takes_tools_in_catalog_order(engine: Engine) -> None:
-    schema = plan_schema(many_tools(14), min_steps=3, max_steps=8)
-    started = time.perf_counter()
-    grammar = grammar_for(schema)
-    built = time.perf_counter() - started
+    grammar = grammar_for(plan_schema(many_tools(14), min_steps=3, max_steps=8))
 
     assert engine.accepts(grammar, bare(0, 5, 13))
     assert engine.accepts(grammar, bare(1, 2, 3, 4, 5, 6, 7, 8))
     assert not engine.accepts(grammar, bare(5, 0, 13))  # out of catalog order
     assert not engine.accepts(grammar, bare(0, 5, 5))
-    assert len(grammar.splitlines()) < STATE_CAP
-    assert built < 30  # generous: a shared machine; it takes milliseconds
+    assert len(grammar.splitlines()) < STATE_CAP  # the catalog does not blow the grammar up
 
 
 def test_a_small_catalog_takes_tools_in_any_order(engine: Engine) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 
 import pytest
 
@@ -194,8 +193,7 @@ def test_a_200_that_is_not_a_chat_completion_ends_with_llm_error_bad_response(
 def test_a_stalled_server_ends_the_run_with_llm_timeout_without_retrying(
     fake_openai: FakeOpenAI,
 ) -> None:
-    fake_openai.queue(Reply(stall=True))
-    started = time.monotonic()
+    fake_openai.queue(Reply(stall=True))  # it never answers: only the timeout ends the call
 
     result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai, timeout=0.5))
 
@@ -203,7 +201,6 @@ def test_a_stalled_server_ends_the_run_with_llm_timeout_without_retrying(
     assert result.llm_phase == "plan"
     assert "OPENAI_TIMEOUT_SECONDS" in (result.message or "")
     assert len(fake_openai.requests) == 1
-    assert time.monotonic() - started < 4
 
 
 def test_429_then_200_is_retried_and_succeeds(fake_openai: FakeOpenAI) -> None:
@@ -241,8 +238,9 @@ def test_a_failing_server_is_retried_then_ends_with_llm_error_server(
 
 def test_retries_stop_at_the_runs_deadline(fake_openai: FakeOpenAI) -> None:
     fake_openai.fallback = Reply(status=503, body=error_body("busy"))
-    patient = RetryPolicy(attempts=100, backoff_seconds=0.2, max_backoff_seconds=0.2)
-    started = time.monotonic()
+    # a thousand tries wait half a minute at least: retries that ignored the deadline would
+    # end with llm_error:server after them, not with max_seconds
+    patient = RetryPolicy(attempts=1000, backoff_seconds=0.05, max_backoff_seconds=0.05)
 
     result = run_sync(
         SEED_GOAL,
@@ -252,8 +250,7 @@ def test_retries_stop_at_the_runs_deadline(fake_openai: FakeOpenAI) -> None:
     )
 
     assert result.stop_reason == "max_seconds"
-    assert time.monotonic() - started < 3
-    assert 2 <= len(fake_openai.requests) < 100
+    assert 2 <= len(fake_openai.requests) < 1000
 
 
 def test_a_refused_key_ends_with_llm_error_auth_and_never_shows_the_key(

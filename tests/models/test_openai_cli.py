@@ -7,18 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from taskdecomp.cli import main
+from tests.clitools import cli
 from tests.conftest import SALES_TOOLS
 from tests.models.conftest import FakeOpenAI, Reply, completion
 from tests.support import SEED_GOAL, seed_plan
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    code = exited.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 @pytest.mark.parametrize(

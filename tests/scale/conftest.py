@@ -34,10 +34,10 @@ from taskdecomp.run import RunId
 from taskdecomp.scale.submit import submit
 from taskdecomp.store import SqlStore, open_store
 from taskdecomp.store.base import RunSummary
+from tests.clitools import ENTRY
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1/test"
 TOOLS = Path(__file__).with_name("tools.py")
-CLI = "from taskdecomp_entry import main; main()"
 LEASE = 2.0
 """Every worker's lease (``TASKDECOMP_LEASE_SECONDS``): a dead worker's runs move on after it."""
 TERMINAL = ("ok", "stopped")
@@ -102,7 +102,7 @@ def scale_db() -> Iterator[str]:
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run ``taskdecomp ARGS`` in a child process; it must succeed."""
     done = subprocess.run(
-        [sys.executable, "-c", CLI, *args],
+        [*ENTRY, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -197,7 +197,7 @@ class Cluster:
         for _ in range(count):
             index = len(self.workers)
             argv = [
-                sys.executable, "-c", CLI, "worker", "--db", self.db, "--queue", self.queue,
+                *ENTRY, "worker", "--db", self.db, "--queue", self.queue,
                 "--tools", f"scale={TOOLS}", "--executor-id", f"{self.queue}-w{index}",
                 *(f"--model={name}={spec}" for name, spec in self.models.items()), *extra,
             ]  # fmt: skip
@@ -297,7 +297,7 @@ class Cluster:
 
     def kill_during(self, run_id: str, step_id: str) -> Call:
         """SIGKILL the worker that runs ``run_id``'s step ``step_id`` once it has begun."""
-        call = self.started(run_id, step_id, timeout=20)
+        call = self.started(run_id, step_id, timeout=120)
         time.sleep(SETTLE)
         self.kill(call.pid)
         return call

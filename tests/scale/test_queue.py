@@ -22,7 +22,7 @@ def test_runs_submitted_to_two_workers_all_succeed_and_call_each_step_once(
     workers = cluster.start(count=2)
     run_ids = [cluster.submit(f"report {n}", model) for n in range(8)]
 
-    ended = cluster.ended(run_ids, timeout=30)
+    ended = cluster.ended(run_ids, timeout=120)
 
     assert {r: (s.status, s.stop_reason) for r, s in ended.items()} == {
         r: ("ok", "success") for r in run_ids
@@ -50,7 +50,7 @@ def test_the_same_idempotency_key_submitted_twice_gives_one_run(cluster: Cluster
     assert second == {"run_id": first["run_id"], "new": False}
     assert again == first["run_id"]
     cluster.start()
-    ended = cluster.ended([first["run_id"]], timeout=30)[first["run_id"]]
+    ended = cluster.ended([first["run_id"]], timeout=120)[first["run_id"]]
     assert (ended.status, ended.stop_reason, ended.goal) == ("ok", "success", goal)
     listed = json.loads(cli("runs", "--json", "--limit", "0", "--db", cluster.db).stdout)
     assert [r["run_id"] for r in listed if key in r["goal"]] == [first["run_id"]]
@@ -68,7 +68,7 @@ def test_a_run_cancelled_while_queued_never_runs(cluster: Cluster) -> None:
     assert (before.status, before.stop_reason) == ("stopped", "cancelled")
     cluster.start()
     later = cluster.submit("submitted after the cancel", model)
-    assert cluster.ended([later], timeout=30)[later].stop_reason == "success"
+    assert cluster.ended([later], timeout=120)[later].stop_reason == "success"
     client = engine.client(cluster.db)
 
     def delivered() -> Any:  # the cancelled run's own delivery, once a worker is done with it
@@ -76,7 +76,7 @@ def test_a_run_cancelled_while_queued_never_runs(cluster: Cluster) -> None:
         return status if status.status == "SUCCESS" else None
 
     try:
-        delivery = wait_for(delivered, timeout=30, what=cluster.logs)
+        delivery = wait_for(delivered, timeout=120, what=cluster.logs)
     finally:
         client.destroy()
     assert delivery.output == "ended"
@@ -85,23 +85,22 @@ def test_a_run_cancelled_while_queued_never_runs(cluster: Cluster) -> None:
     assert starts(cluster.calls()) == Counter({(later, s): 1 for s in STEPS})
 
 
-def test_a_running_run_is_cancelled_within_seconds_on_whichever_worker_runs_it(
-    cluster: Cluster,
-) -> None:
-    model = cluster.model(
-        "slow", step("s1", "look", 1), step("s2", "look", 2, ms=30_000), step("s3", "look", 3)
+def test_a_running_run_is_cancelled_on_whichever_worker_runs_it(cluster: Cluster) -> None:
+    model = cluster.model(  # s2 takes ten minutes: the run can only end by being cancelled
+        "slow", step("s1", "look", 1), step("s2", "look", 2, ms=600_000), step("s3", "look", 3)
     )
     workers = cluster.start(count=2)
     run_id = cluster.submit("cancelled while running", model)
-    running = cluster.started(run_id, "s2", timeout=20)
+    running = cluster.started(run_id, "s2", timeout=120)
     assert running.pid in {w.pid for w in workers}
 
     said = cli("cancel", run_id, "--db", cluster.db).stderr
 
     assert "asked to stop" in said
-    ended = cluster.ended([run_id], timeout=5)[run_id]  # the tool alone would take 30 s
+    ended = cluster.ended([run_id], timeout=120)[run_id]
     assert (ended.status, ended.stop_reason) == ("stopped", "cancelled")
     assert starts(cluster.calls()) == Counter({(run_id, "s1"): 1, (run_id, "s2"): 1})
+    assert [c.step for c in cluster.calls() if c.event == "end"] == ["s1"]  # s2 never returned
     assert all(w.poll() is None for w in workers)
 
 
@@ -117,7 +116,7 @@ def test_a_run_submitted_before_any_worker_ever_started_on_the_database_runs(
             run_id = json.loads(done.stdout)["run_id"]
             assert cluster.summary(run_id).status == "queued"
             cluster.start()
-            ended = cluster.ended([run_id], timeout=30)[run_id]
+            ended = cluster.ended([run_id], timeout=120)[run_id]
             assert (ended.status, ended.stop_reason) == ("ok", "success")
             assert starts(cluster.calls()) == Counter({(run_id, s): 1 for s in STEPS})
         finally:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.scale.conftest import CLI, LEASE, TOOLS, Cluster, starts, step, wait_for
+from tests.clitools import ENTRY
+from tests.scale.conftest import LEASE, TOOLS, Cluster, starts, step, wait_for
 from tests.server.support import ServeProcess, sse_events
 
 PLAN = (step("s1", "look", 1), step("s2", "put", 2, ms=100), step("s3", "charge", 3))
@@ -140,7 +140,7 @@ def test_the_service_refuses_unknown_names_and_a_queue_on_sqlite(
     assert unknown_tools.status_code == 422 and "unknown toolset" in unknown_tools.json()["detail"]
 
     argv = [
-        sys.executable, "-c", CLI, "serve", "--executor", "queue",
+        *ENTRY, "serve", "--executor", "queue",
         "--db", f"sqlite:///{tmp_path}/runs.db", "--tools", f"s={TOOLS}", "--model", "m",
     ]  # fmt: skip
     done = subprocess.run(

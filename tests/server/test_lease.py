@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.clitools import CHILD
 from tests.server.support import Served, wait_for
-
-CLI = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
 
 
 def test_the_cli_cannot_resume_a_run_the_server_executes(served: Served, toolset: Path) -> None:
@@ -17,7 +15,7 @@ def test_the_cli_cannot_resume_a_run_the_server_executes(served: Served, toolset
         run_id = client.post("/runs", json={"goal": "block", "toolset": "demo"}).json()["run_id"]
         wait_for(lambda: client.get(f"/runs/{run_id}").json()["history"])
         done = subprocess.run(
-            [sys.executable, "-c", CLI, "resume", run_id, "--db", served.config.store_url],
+            [*CHILD, "resume", run_id, "--db", served.config.store_url],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         view = client.get(f"/runs/{run_id}").json()
@@ -39,7 +37,7 @@ def test_the_server_cannot_resume_a_run_the_cli_executes(
 ) -> None:
     model = served.config.models[0]
     cli = subprocess.Popen(
-        [sys.executable, "-c", CLI, "run", "block", "--tools", str(toolset), "--model", model,
+        [*CHILD, "run", "block", "--tools", str(toolset), "--model", model,
          "--db", served.config.store_url, "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
     )  # fmt: skip

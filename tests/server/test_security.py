@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 
+from tests.clitools import CHILD
 from tests.server.support import Served, ServeProcess, run_model, wait_for
 
 TOKEN = "t0ken-" + "x" * 40
@@ -17,10 +17,9 @@ API_KEY = "sk-test-secret-key-0123456789"
 
 
 def test_serve_refuses_a_wide_address_without_a_token(tmp_path: Path, toolset: Path) -> None:
-    code = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
     env = {k: v for k, v in os.environ.items() if k != "TASKDECOMP_API_TOKEN"}
     done = subprocess.run(
-        [sys.executable, "-c", code, "serve", "--host", "0.0.0.0", "--tools", f"demo={toolset}",
+        [*CHILD, "serve", "--host", "0.0.0.0", "--tools", f"demo={toolset}",
          "--model", run_model(tmp_path), "--db", str(tmp_path / "runs.db")],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -65,7 +64,7 @@ def test_bound_wide_every_api_request_needs_the_token(tmp_path: Path, toolset: P
         texts += [started.text, str(view), httpx.get(url + "/models", headers=good).text]
         texts.append(httpx.get(f"{url}/runs/{run_id}/events", headers=good, timeout=30).text)
     finally:
-        _code, _, err = server.stop()
+        _code, err = server.stop()
     texts.append(err)
     for text in texts:
         assert TOKEN not in text and API_KEY not in text

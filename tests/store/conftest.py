@@ -55,6 +55,33 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'store' / 'runs.db'}"
 
 
+class Clock:
+    """A store's clock (``open_store(url, now=clock)``), moved by hand.
+
+    Stores of one test that share it agree on the time, which moves only when the test sets
+    :attr:`at`: a lease expires at the moment the test chooses, however busy the machine.
+    """
+
+    def __init__(self, at: float = 1000.0) -> None:
+        self.at = at
+
+    def __call__(self) -> float:
+        return self.at
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def timed(store_url: str, clock: Clock) -> Iterator[SqlStore]:
+    """A store on each backend whose clock the test moves."""
+    opened = open_store(store_url, now=clock)
+    yield opened
+    opened.close()
+
+
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest) -> str:
     """The URL of an empty store, on each backend in turn."""

@@ -31,7 +31,7 @@ def test_a_lease_of_a_dead_process_of_this_host_is_taken_at_once(store: SqlStore
 
 
 @pytest.mark.parametrize("kind", ["other host", "older form", "alive here"])
-def test_a_lease_that_may_still_be_held_is_refused(store: SqlStore, kind: str) -> None:
+def test_a_lease_that_may_still_be_held_is_refused(timed: SqlStore, kind: str) -> None:
     dead = owners.parse(exited_child_owner())
     assert dead is not None
     owner = {
@@ -39,12 +39,12 @@ def test_a_lease_that_may_still_be_held_is_refused(store: SqlStore, kind: str) -
         "older form": f"box:{dead.pid}:9f3a1c",
         "alive here": owners.new_owner_id(),
     }[kind]
-    stored_with_lease(store, owner)
-    with pytest.raises(RunLeasedError, match=r"holds the lease for 3[56]\d\d\.\ds more") as no:
-        store.acquire_lease(RUN, owner=owners.new_owner_id(), ttl=30)
+    stored_with_lease(timed, owner)  # the store's clock stands still: all the hour is left
+    with pytest.raises(RunLeasedError, match=r"holds the lease for 3600\.0s more") as no:
+        timed.acquire_lease(RUN, owner=owners.new_owner_id(), ttl=30)
     said = "is of an older form" if kind == "older form" else "died on another host"
     assert said in str(no.value)
-    held = store.load_run(RUN).lease
+    held = timed.load_run(RUN).lease
     assert held is not None and (held.owner, held.epoch) == (owner, 1)
 
 

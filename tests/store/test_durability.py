@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from taskdecomp import ConfigError, tool
-from taskdecomp.cli import main
 from taskdecomp.engine import run
 from taskdecomp.errors import StoreError
 from taskdecomp.run import RunId
 from taskdecomp.store import Checkpoint, Lease, SqlStore, open_store
+from tests.clitools import cli
 from tests.store.test_durable_runs import THREE, Tools, model, start, step
 
 SIX = tuple(step(n, "look") for n in range(1, 7))
@@ -128,16 +128,13 @@ def test_the_command_line_takes_the_mode_from_the_flag_or_the_environment(
     db = tmp_path / "runs.db"
     args = ["run", "g", "--tools", str(tools), "--model", f"scripted:{script}", "--db", str(db)]
     monkeypatch.setenv("TASKDECOMP_DURABILITY", "sometimes")
-    with pytest.raises(SystemExit) as bad_env:
-        main([*args, "--json"])
-    assert bad_env.value.code == 2
-    assert "TASKDECOMP_DURABILITY" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as bad_flag:
-        main([*args, "--json", "--durability", "sometimes"])
-    assert bad_flag.value.code == 2
-    assert "'sometimes' is not one of 'async', 'sync'" in capsys.readouterr().err
+    code, _, err = cli(capsys, *args, "--json")
+    assert code == 2
+    assert "TASKDECOMP_DURABILITY" in err
+    code, _, err = cli(capsys, *args, "--json", "--durability", "sometimes")
+    assert code == 2
+    assert "'sometimes' is not one of 'async', 'sync'" in err
     monkeypatch.setenv("TASKDECOMP_DURABILITY", "sync")
-    with pytest.raises(SystemExit) as good:
-        main([*args, "--json", "--durability", "async"])
-    assert good.value.code == 0, capsys.readouterr().err
-    assert json.loads(capsys.readouterr().out)["status"] == "ok"
+    code, out, err = cli(capsys, *args, "--json", "--durability", "async")
+    assert code == 0, err
+    assert json.loads(out)["status"] == "ok"

@@ -188,12 +188,13 @@ def test_an_idempotent_step_sees_the_same_key_on_every_attempt(store: SqlStore) 
 def test_a_read_only_step_cut_off_by_the_deadline_runs_again_with_a_fresh_deadline(
     store: SqlStore,
 ) -> None:
-    tools = Tools(slow={("look", 1): 0.6, ("look", 2): 0.6})
+    tools = Tools(slow={("look", 2): 600})  # only the deadline ends it
     steps = (step(1, "look"), step(2, "look"), step(3, "put"))
     budget = Budget(max_seconds=1.0)
     first = start(tools, store, *steps, budget=budget)
     assert first.stop_reason == "max_seconds"
     assert store.load_run(RunId("r1")).resumable
+    del tools.slow[("look", 2)]  # quick this time: a deadline carried over would still stop it
     result = again(tools, store, *steps)
     assert result.ok, result.message
     assert [tools.count("look", 1), tools.count("look", 2), tools.count("put", 3)] == [1, 2, 1]
@@ -207,8 +208,8 @@ def test_a_read_only_step_cut_off_by_the_deadline_runs_again_with_a_fresh_deadli
 
 
 def test_an_unsafe_step_cut_off_by_the_deadline_is_in_doubt(store: SqlStore) -> None:
-    tools = Tools(slow={("charge", 3): 5})
-    first = start(tools, store, budget=Budget(max_seconds=0.3))
+    tools = Tools(slow={("charge", 3): 600})  # only the deadline ends it
+    first = start(tools, store, budget=Budget(max_seconds=1.0))
     assert first.stop_reason == "max_seconds"
     attempts = store.load_run(RunId("r1")).attempts
     assert [(a.start.step_id, a.state) for a in attempts][-1] == ("s3", "cancelled")
@@ -325,8 +326,8 @@ def test_a_cancelled_attempt_that_cannot_be_recorded_still_ends_the_run(
     store_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = FailingCancelStore(store_url)
-    tools = Tools(slow={("charge", 3): 5})
-    result = start(tools, store, budget=Budget(max_seconds=0.3))
+    tools = Tools(slow={("charge", 3): 600})  # only the deadline ends it
+    result = start(tools, store, budget=Budget(max_seconds=1.0))
     assert result.stop_reason == "max_seconds"
     assert "could not record the cancelled attempt at 's3'" in caplog.text
     stored = store.load_run(RunId("r1"))

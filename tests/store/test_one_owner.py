@@ -32,11 +32,11 @@ import pytest
 import taskdecomp
 from taskdecomp.run import RunId
 from taskdecomp.store import open_store
+from tests.clitools import CHILD
 
 HERE = Path(__file__).parent / "crash"
 LEASE = 2.0
 SRC = str(Path(taskdecomp.__file__).resolve().parent.parent)
-CLI = ("-c", "from taskdecomp.cli import main; main()")
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
@@ -74,9 +74,9 @@ class Order:
         self.run_id = RunId("")
         self.children: list[subprocess.Popen[str]] = []
 
-    def start(self, *args: str) -> subprocess.Popen[str]:
+    def start(self, *argv: str) -> subprocess.Popen[str]:
         child = subprocess.Popen(
-            [sys.executable, *args],
+            argv,
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -95,7 +95,7 @@ class Order:
         self.store.close()
 
     def cli(self, *args: str) -> subprocess.Popen[str]:
-        return self.start(*CLI, *args, "--db", self.url)
+        return self.start(*CHILD, *args, "--db", self.url)
 
     def resume(self) -> subprocess.Popen[str]:
         return self.cli("resume", self.run_id, "--json")
@@ -233,7 +233,8 @@ def test_an_owner_frozen_in_a_tool_past_its_lease_cannot_record_its_step(
 def test_an_owner_stalled_before_the_unsafe_step_cannot_call_it(order: Order) -> None:
     order.interrupted()
     order.open_gate()
-    stale = order.start(str(HERE / "stall.py"), order.url, order.run_id, str(order.dir), str(LEASE))
+    stall = (sys.executable, str(HERE / "stall.py"))
+    stale = order.start(*stall, order.url, order.run_id, str(order.dir), str(LEASE))
     stalled = order.dir / f"stalled.{stale.pid}"
     wait_for(lambda: stalled.exists() or stale.poll() is not None, "the stall")
     assert stale.poll() is None, stale.communicate()

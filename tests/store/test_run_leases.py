@@ -1,7 +1,9 @@
 """The engine under a lease: holding it, being taken over, the refusal, the settings.
 
 "Another process" is a second store on the same database whose clock runs ahead of the
-run's lease, so it may take the run over at the moment a test chooses.
+run's lease, or one that shares a hand-moved :class:`~tests.store.conftest.Clock` with the
+run's store, so it may take the run over at the moment a test chooses. No test waits for
+a lease to expire: a busy machine can neither make one expire early nor keep it alive.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import pytest
 
 from taskdecomp import Budget, ConfigError, ModelRequest, RunLeasedError, ScriptedModel
 from taskdecomp.budget import Meter, Usage
-from taskdecomp.cli import main
 from taskdecomp.durable import Journal
 from taskdecomp.engine import resume, run
 from taskdecomp.events import Event, EventBus, StepStarted
@@ -27,6 +28,8 @@ from taskdecomp.runtime import RunContext
 from taskdecomp.stops import StopRun
 from taskdecomp.store import Lease, NewRun, SqlStore, open_store
 from taskdecomp.tools import Toolset
+from tests.clitools import cli
+from tests.store.conftest import Clock
 from tests.store.test_durable_runs import THREE, Tools, again, crash, model
 
 
@@ -78,26 +81,59 @@ def test_a_run_holds_its_lease_while_in_flight_and_ends_it_when_it_finishes(
     assert store.load_run(RunId("r1")).lease is None
 
 
+def leased_until(store: SqlStore) -> float | None:
+    lease = store.load_run(RunId("r1")).lease
+    return None if lease is None else lease.expires_at
+
+
 def test_the_heartbeat_keeps_a_run_owned_through_a_step_longer_than_its_lease(
-    store: SqlStore, store_url: str
+    store_url: str, clock: Clock
 ) -> None:
-    tools = Tools(slow={("put", 2): 1.6})
-    other = open_store(store_url)
+    store, other = open_store(store_url, now=clock), open_store(store_url, now=clock)
     refused: list[RunLeasedError] = []
 
-    async def race() -> Any:
-        task = asyncio.create_task(go_async(tools, store, lease_seconds=0.5))
-        await asyncio.sleep(1.2)  # step 2 has run for more than twice the lease
+    async def hold(n: int) -> int:
+        """Outlast the lease three times over on the stores' clock, as the heartbeat runs."""
+        for _ in range(3):
+            clock.at += 0.2  # within the lease (0.3 s) the heartbeat last renewed ...
+            renewed = clock.at + 0.3
+            until = time.monotonic() + 60
+            while (leased_until(store) or 0) < renewed:  # ... until it renews it again
+                assert time.monotonic() < until, "the heartbeat did not renew the lease"
+                await asyncio.sleep(0.01)
         try:
             other.acquire_lease(RunId("r1"), owner="other", ttl=30)
         except RunLeasedError as exc:
             refused.append(exc)
-        return await task
+        return n
 
+    def look(n: int) -> int:
+        return n
+
+    plan = {
+        "kind": "plan",
+        "steps": [
+            {"id": "s1", "title": "hold", "tool": "hold", "args": {"n": 1}},
+            {"id": "s2", "title": "look", "tool": "look", "args": {"n": 2}},
+            {"id": "s3", "title": "look again", "tool": "look", "args": {"n": 3}},
+        ],
+    }
     try:
-        assert asyncio.run(race()).ok
+        result = asyncio.run(
+            run(
+                "goal",
+                tools=[hold, look],
+                model=ScriptedModel(responses=[plan, "done"]),
+                store=store,
+                run_id=RunId("r1"),
+                lease_seconds=0.3,
+            )
+        )
     finally:
+        store.close()
         other.close()
+    assert result.ok, result.message
+    assert clock.at > 1000.0 + 0.3 * 2  # step 1 took more than twice the lease
     assert len(refused) == 1 and refused[0].owner != "other"
 
 
@@ -199,11 +235,9 @@ def test_the_cli_shows_the_owner_and_refuses_a_resume_in_one_line(
         run_id=RunId("r1"), goal="g", model=f"scripted:{script}", tools=str(tools), config=config
     )
     store.create_run(new, owner="box:4242:9f3a1c", ttl=30)  # as a process that died left it
-    code = cli(capsys, "show", "r1", "--db", store_url)
-    out, err = capsys.readouterr()
+    code, out, err = cli(capsys, "show", "r1", "--db", store_url)
     assert code == 0 and "owner box:4242:9f3a1c · epoch 1 · lease expires" in out
-    code = cli(capsys, "resume", "r1", "--db", store_url)
-    out, err = capsys.readouterr()
+    code, out, err = cli(capsys, "resume", "r1", "--db", store_url)
     assert code == 2 and out == ""
     assert err.startswith(
         "taskdecomp: error: run 'r1' is in flight in another process: its owner "
@@ -233,31 +267,23 @@ def test_the_lease_length_comes_from_the_environment(
     script = tmp_path / "script.json"
     script.write_text(json.dumps(["not a plan", "never"]))
     argv = ("run", "g", "--tools", str(tools), "--model", f"scripted:{script}", "--db", store_url)
-    code = cli(capsys, *argv)
-    _, err = capsys.readouterr()
+    code, _, err = cli(capsys, *argv)
     assert code == 2 and complaint in err and err.count("\n") == 1
     store = open_store(store_url)
     assert store.list_runs() == []
     store.close()
 
 
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> int:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    code = exit_info.value.code
-    return code if isinstance(code, int) else 0
-
-
 @pytest.mark.parametrize("durability", ["sync", "async"])
 def test_a_process_that_stalled_past_its_lease_calls_nothing_once_taken_over(
-    store: SqlStore, store_url: str, durability: str
+    store_url: str, clock: Clock, durability: str
 ) -> None:
-    other = open_store(store_url)
+    store, other = open_store(store_url, now=clock), open_store(store_url, now=clock)
     looked: list[int] = []
 
     async def stall(n: int) -> int:
         """Hold the event loop past the lease (no heartbeat), while another takes the run."""
-        time.sleep(0.8)
+        clock.at += 31
         other.acquire_lease(RunId("r1"), owner="host:9:new", ttl=30)
         return n
 
@@ -282,11 +308,12 @@ def test_a_process_that_stalled_past_its_lease_calls_nothing_once_taken_over(
                 model=ScriptedModel(responses=[plan, "done"]),
                 store=store,
                 run_id=RunId("r1"),
-                lease_seconds=0.5,
+                lease_seconds=30,
                 durability=durability,
             )
         )
     finally:
+        store.close()
         other.close()
     assert (result.stop_reason, looked) == ("lease_lost", [])
     assert "'host:9:new' took it over" in str(result.message)

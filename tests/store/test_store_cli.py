@@ -7,14 +7,12 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from taskdecomp.cli import main
+from tests.clitools import EXE, cli
 
 TOOLS = '''
 import os
@@ -65,14 +63,6 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    code = exit_info.value.code
-    return (code if isinstance(code, int) else 0), out, err
-
-
 def start(project: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
     code, out, _ = cli(
         capsys,
@@ -93,18 +83,16 @@ def start(project: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dic
 def crash(project: Path, tool_name: str, *argv: str) -> None:
     """Run the installed command in a process that ``tool_name`` kills (SIGKILL) once."""
     (project / f"crash-{tool_name}").touch()
-    exe = Path(sys.executable).with_name("taskdecomp")
     tools, script = (project / "tools.py", project / "script.json")
     default = ("--tools", str(tools), "--model", f"scripted:{script}")
-    env = {**os.environ, "TASKDECOMP_LEASE_SECONDS": "0.5"}  # the dead owner's lease is short
+    env = {**os.environ, "TASKDECOMP_LEASE_SECONDS": "600"}  # expiry cannot free the run
     proc = subprocess.run(
-        [str(exe), "run", "the goal", *(argv or default)],
+        [str(EXE), "run", "the goal", *(argv or default)],
         capture_output=True,
         timeout=60,
         env=env,
     )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
-    time.sleep(1.0)  # ... and expired before anyone resumes the run
+    assert proc.returncode == -signal.SIGKILL, proc.stderr  # a dead owner: resumed at once
 
 
 def ledger(project: Path) -> list[str]:

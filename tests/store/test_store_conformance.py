@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +38,7 @@ from taskdecomp.store import (
     rows,
     schema,
 )
+from tests.store.conftest import Clock
 
 AWKWARD = 'nul:\x00 surrogate:\ud800 other:\udfff emoji:\U0001f600 quote:" backslash:\\ é'
 
@@ -418,29 +418,6 @@ def test_a_read_sees_one_snapshot_while_a_writer_commits(store: SqlStore) -> Non
 
 
 # --- leases: one owner per run ---------------------------------------------------------------
-
-
-class Clock:
-    """The store's clock, moved by hand."""
-
-    def __init__(self, at: float = 1000.0) -> None:
-        self.at = at
-
-    def __call__(self) -> float:
-        return self.at
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def timed(store_url: str, clock: Clock) -> Iterator[SqlStore]:
-    """A store on each backend whose clock the test moves."""
-    opened = open_store(store_url, now=clock)
-    yield opened
-    opened.close()
 
 
 def holder(store: SqlStore, run_id: str = "r1") -> Lease | None:

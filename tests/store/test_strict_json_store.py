@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from taskdecomp.cli import main
+from tests.clitools import cli
 
 TOOLS = '''
 from pathlib import Path
@@ -52,14 +52,6 @@ def refuse(name: str) -> Any:
 
 def strict(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    code = exited.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], plan: str, db: str) -> Any:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
 import pytest
@@ -280,7 +279,7 @@ def test_deadline_cancels_an_in_flight_tool() -> None:
 
     async def slow(x: int = 0) -> int:
         try:
-            await asyncio.sleep(30)
+            await asyncio.sleep(600)  # a run that waited for it would hit the test's timeout
         except asyncio.CancelledError:
             state["cancelled"] = True
             raise
@@ -288,20 +287,17 @@ def test_deadline_cancels_an_in_flight_tool() -> None:
         return x
 
     plan = plan_of(step(1, "slow", {"x": 1}), step(2, "slow", {"x": 2}), step(3, "slow", {"x": 3}))
-    started = time.monotonic()
-    result, _ = run_seed(plan, ANSWER, tools=[slow], budget=Budget(max_seconds=0.3))
+    result, _ = run_seed(plan, ANSWER, tools=[slow], budget=Budget(max_seconds=1))
     assert result.stop_reason == "max_seconds"
-    assert time.monotonic() - started < 5
     assert state == {"cancelled": True, "finished": False}
     assert result.trace[0].ok is False and result.trace[0].error == "cancelled before it finished"
 
 
 def test_deadline_covers_a_slow_model() -> None:
-    model = ScriptedModel(responses=[seed_plan()], latency_ms=2000)
-    started = time.monotonic()
-    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model, budget=Budget(max_seconds=0.2))
+    model = ScriptedModel(responses=[seed_plan()], latency_ms=600_000)  # past the test's timeout
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model, budget=Budget(max_seconds=1))
     assert result.stop_reason == "max_seconds"
-    assert time.monotonic() - started < 1.5
+    assert (result.plan, result.trace, result.usage.llm_calls) == (None, (), 1)  # cut mid-call
 
 
 # --- model failures and model budgets --------------------------------------------------
@@ -403,9 +399,12 @@ def test_a_raising_tool_is_tool_error_with_the_message_in_the_trace() -> None:
 
 
 def test_a_tool_over_its_timeout_is_tool_timeout() -> None:
+    finished: list[int] = []
+
     @tool(timeout=0.05)
     async def sleepy(x: int = 0) -> int:
-        await asyncio.sleep(5)
+        await asyncio.sleep(600)  # a run that waited for it would hit the test's timeout
+        finished.append(x)
         return x
 
     def quick(x: int = 0) -> int:
@@ -414,7 +413,8 @@ def test_a_tool_over_its_timeout_is_tool_timeout() -> None:
     plan = plan_of(step(1, "quick"), step(2, "sleepy"), step(3, "quick", {"x": 1}))
     result, _ = run_seed(plan, ANSWER, tools=[quick, sleepy])
     assert result.stop_reason == "tool_timeout:sleepy"
-    assert result.usage.seconds < 2
+    assert [(e.step_id, e.ok) for e in result.trace] == [("step_1", True), ("step_2", False)]
+    assert finished == []
 
 
 def test_repeating_a_call_is_loop_detected() -> None:

@@ -56,8 +56,8 @@ def test_a_model_call_cut_off_by_the_deadline_is_reported_and_stored(tmp_path: P
     result = run_sync(
         SEED_GOAL,
         tools=SALES_TOOLS,
-        model=scripted(seed_plan(), latency_ms=10_000),
-        budget=Budget(max_seconds=0.3),
+        model=scripted(seed_plan(), latency_ms=600_000),  # only the deadline ends the call
+        budget=Budget(max_seconds=1),
         on_event=events.append,
         store=store,
     )

@@ -227,9 +227,11 @@ def test_the_deadline_cuts_a_plan_still_streaming_and_its_early_steps() -> None:
         await asyncio.sleep(30)
         return n
 
-    model = streaming(*FIVE_DAG, stream_ms=3000)
+    # s1 is whole a quarter into the stream (1.5 s), the deadline falls halfway (3 s): a busy
+    # machine has 1.5 s to start s1 before it, and the stream 3 s more to go after it
+    model = streaming(*FIVE_DAG, stream_ms=6000)
     result = asyncio.run(
-        run("g", tools=[look], model=model, budget=Budget(max_seconds=0.8), on_event=desk.on_event)
+        run("g", tools=[look], model=model, budget=Budget(max_seconds=3), on_event=desk.on_event)
     )
     assert result.stop_reason == "max_seconds"
     assert desk.early() and not desk.planned

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from taskdecomp.cli import main
+from tests.clitools import cli
 from tests.conftest import EXAMPLES, ROOT
 
 COPY = "cp -r examples/workflow/workspace /tmp/calc"
@@ -29,12 +29,6 @@ def readme_width(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "100")  # as the README's output; no line wraps early
 
 
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-    return int(exited.value.code or 0), capsys.readouterr().out
-
-
 def readme_example(workspace: Path) -> list[str]:
     """The README's command, its paths made to work from any directory."""
     argv = shlex.split(COMMAND)[1:]
@@ -44,13 +38,13 @@ def readme_example(workspace: Path) -> list[str]:
 
 def run_example(capsys: pytest.CaptureFixture[str], workspace: Path) -> dict[str, Any]:
     """Run the README's command over ``workspace``; return `workflow show --json` of the run."""
-    code, out = cli(capsys, *readme_example(workspace))
-    assert code == 0, out
+    code, out, err = cli(capsys, *readme_example(workspace))
+    assert code == 0, out + err
     assert "workflow 'default' reached 'complete' after 18 phase runs; 5 of 5 tasks passed" in out
     found = re.search(r"workflow run (\w+) ok stop_reason=success", out)
     assert found is not None, out
-    code, shown = cli(capsys, "workflow", "show", found.group(1), "--json")
-    assert code == 0
+    code, shown, err = cli(capsys, "workflow", "show", found.group(1), "--json")
+    assert code == 0, err
     view: dict[str, Any] = json.loads(shown)
     return view
 
