@@ -104,3 +104,36 @@ def test_the_blocking_forms_refuse_to_run_inside_an_event_loop(tmp_path: Path) -
         return refused
 
     assert asyncio.run(inside()) == ["resume_sync", "approve_sync", "run_workflow_sync"]
+
+
+def test_the_decomposer_has_blocking_forms_too(tmp_path: Path) -> None:
+    from taskdecomp import PlanDecomposer
+    from taskdecomp.decomposition import DecompOptions
+    from taskdecomp.store.trees import TreeRepository
+
+    children = {"children": [
+        {"name": "book the venue", "instruction": "find a hall", "leaf": True},
+        {"name": "invite speakers", "instruction": "write to ten", "leaf": True},
+    ]}  # fmt: skip
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    try:
+        decomposer = PlanDecomposer(
+            TreeRepository(store), ScriptedModel(rules=[(".*", children)]),
+            options=DecompOptions(auto_on_create=False),
+        )  # fmt: skip
+        tree, result = decomposer.create_plan_sync("a conference")
+        assert result is None
+        done = decomposer.run_plan_sync(tree.id)
+        assert done.stopped_reason is None and not done.failed_nodes, done
+        names = [task.name for task in done.created_tasks]
+        assert names == ["book the venue", "invite speakers"]
+        stored = TreeRepository(store).get_plan_tree(tree.id)
+        assert [node.name for node, _ in stored.walk()][1:] == names
+
+        async def inside() -> None:
+            with pytest.raises(RuntimeError, match="run_plan_sync"):
+                decomposer.run_plan_sync(tree.id)
+
+        asyncio.run(inside())
+    finally:
+        store.close()

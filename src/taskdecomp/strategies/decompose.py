@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from taskdecomp import stops
 from taskdecomp.decomposition import (
@@ -166,6 +166,26 @@ class PlanDecomposer:
             root=node_id,
         )
         return await self._decompose(job, [(node_id, 0)])
+
+    def create_plan_sync(
+        self, title: str, *, instruction: str = "", options: DecompOptions | None = None
+    ) -> tuple[PlanTree, DecompositionResult | None]:
+        """Blocking :meth:`create_plan`, for code without an event loop."""
+        return _blocking(
+            "create_plan", self.create_plan(title, instruction=instruction, options=options)
+        )
+
+    def run_plan_sync(
+        self, plan_id: PlanTreeId, options: DecompOptions | None = None
+    ) -> DecompositionResult:
+        """Blocking :meth:`run_plan`, for code without an event loop."""
+        return _blocking("run_plan", self.run_plan(plan_id, options))
+
+    def decompose_node_sync(
+        self, plan_id: PlanTreeId, node_id: NodeId, options: DecompOptions | None = None
+    ) -> DecompositionResult:
+        """Blocking :meth:`decompose_node`, for code without an event loop."""
+        return _blocking("decompose_node", self.decompose_node(plan_id, node_id, options))
 
     async def _decompose(self, job: _Job, start: list[tuple[NodeId, int]]) -> DecompositionResult:
         started = self._clock()
@@ -345,3 +365,22 @@ def _retry_message(failure: StopRun) -> dict[str, str]:
         "content": f"Your previous answer was rejected ({failure.reason}{detail}). "
         "Answer again with one JSON object that follows the rules.",
     }
+
+
+_R = TypeVar("_R")
+
+
+def _blocking(name: str, work: Coroutine[Any, Any, _R]) -> _R:
+    """Run ``work`` to its end on a loop of its own.
+
+    Raises:
+        RuntimeError: called inside a running event loop (await ``name`` instead).
+    """
+    from taskdecomp.runtime import run_blocking  # the engine's runtime, only when blocking
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run_blocking(work)
+    work.close()  # never awaited: closing it keeps Python from warning about it
+    raise RuntimeError(f"{name}_sync() cannot run inside an event loop; use `await {name}(...)`")
