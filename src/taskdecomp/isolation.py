@@ -307,6 +307,8 @@ class _ProcessCall:
         self._process: BaseProcess | None = None
         self.killed = False
         self._ended = False
+        self._settled = threading.Event()
+        """Set once the process started (or failed to): a kill from now on reaches it."""
 
     def run(self) -> Outcome:
         """Start the process, wait for its answer or its death, and reap it (blocking)."""
@@ -325,12 +327,15 @@ class _ProcessCall:
             target=child_main, args=(sender, self._request), name=f"taskdecomp-tool-{self.name}"
         )
         try:
-            process.start()
-            sender.close()
-            with self._lock:
-                self._process = process
-                if self.killed:
-                    process.kill()
+            try:
+                process.start()
+                sender.close()
+                with self._lock:
+                    self._process = process
+                    if self.killed:
+                        process.kill()
+            finally:
+                self._settled.set()
             answer = _receive(receiver, process)
             process.join()
         finally:
@@ -348,6 +353,10 @@ class _ProcessCall:
             self.killed = True
             if self._process is not None and not self._ended:
                 self._process.kill()
+
+    def settle(self, timeout: float) -> None:
+        """Wait until a start in progress has ended (its thread then kills what it started)."""
+        self._settled.wait(timeout)
 
 
 def _receive(receiver: Connection, process: BaseProcess) -> bytes | None:
@@ -396,11 +405,24 @@ def _context() -> ForkServerContext | SpawnContext:
     return _chosen
 
 
+START_WAIT = 10.0
+"""How long the exit waits for a worker process still starting, so it can be killed too."""
+
+
 @atexit.register
 def _kill_live() -> None:
-    """Kill worker processes still running, before multiprocessing waits for its children."""
-    for call in list(_live):
+    """Kill worker processes still running, before multiprocessing waits for its children.
+
+    A process whose start is still in progress (the deadline fell while the forkserver
+    forked it) is not known yet: its call is marked killed, and the exit waits for the start
+    to end, after which the starting thread kills it. Without the wait the command would
+    exit and leave the tool running, holding its output open.
+    """
+    calls = list(_live)
+    for call in calls:
         call.kill()
+    for call in calls:
+        call.settle(START_WAIT)
 
 
 def child_main(conn: Connection, request: str) -> None:
