@@ -224,18 +224,11 @@ def until_done(
 
 
 def _stopped_by_ctrl_c(result: RunResult, db: str | None) -> None:
-    from taskdecomp.cli.display import console, literal
-
-    if result.stop_reason != stops.CANCELLED:
-        return
-    console(stderr=True).print(
-        literal(
+    if result.stop_reason == stops.CANCELLED:
+        _hint(
             f"stopped by Ctrl-C; run {result.run_id} is stored as cancelled. Continue it with: "
-            f"taskdecomp resume {result.run_id}{_db_flag(db)}",
-            "yellow",
-        ),
-        soft_wrap=True,
-    )
+            f"taskdecomp resume {result.run_id}{_db_flag(db)}"
+        )
 
 
 APPROVE_PLAN_HINT = (
@@ -247,18 +240,18 @@ APPROVE_PLAN_HINT = (
 
 def _stopped_at_deadline(result: RunResult, db: str | None) -> None:
     """Say that a run out of time keeps what it did, and how to give it more."""
+    if result.stop_reason == stops.MAX_SECONDS:
+        _hint(
+            f"run {result.run_id} is stored with the steps it finished. Give it more time "
+            f"with: taskdecomp resume {result.run_id} --max-seconds SECONDS{_db_flag(db)}"
+        )
+
+
+def _hint(text: str) -> None:
+    """What to do next, on stderr."""
     from taskdecomp.cli.display import console, literal
 
-    if result.stop_reason != stops.MAX_SECONDS:
-        return
-    console(stderr=True).print(
-        literal(
-            f"run {result.run_id} is stored with the steps it finished. Give it more time "
-            f"with: taskdecomp resume {result.run_id} --max-seconds SECONDS{_db_flag(db)}",
-            "yellow",
-        ),
-        soft_wrap=True,
-    )
+    console(stderr=True).print(literal(text, "yellow"), soft_wrap=True)
 
 
 def _db_flag(db: str | None) -> str:

@@ -70,8 +70,8 @@ async def approve(
         ConfigError: the run is not waiting for approval, or the edited plan is refused
             (the message says which rule it breaks); nothing was written.
     """
-    e = (env or Environment()).given(
-        store=store, lease_seconds=lease_seconds, durability=durability, clock=clock
+    e = Environment.of(
+        env, store=store, lease_seconds=lease_seconds, durability=durability, clock=clock
     )
     stored = e.needs_store("approve").load_run(RunId(run_id))
     _pending(_paused(stored))  # refuse early, before taking the lease
@@ -144,7 +144,7 @@ def reject(
     """
     if not reason.strip():
         raise ConfigError("a rejection needs a reason: --reason TEXT")
-    e = (env or Environment()).given(store=store, lease_seconds=lease_seconds)
+    e = Environment.of(env, store=store, lease_seconds=lease_seconds)
     store = e.needs_store("reject")
     _pending(_paused(store.load_run(RunId(run_id))))
     lease, stored = durable.take_over(store, RunId(run_id), seconds=e.lease_seconds)

@@ -36,6 +36,21 @@ class Environment:
     subscribers: Sequence[Subscriber] = ()
     """Receive every event of every run (telemetry, logs), before a call's own ``on_event``."""
 
+    @classmethod
+    def of(
+        cls,
+        env: Environment | None,
+        *,
+        store: Store | None = None,
+        lease_seconds: float | None = None,
+        durability: Durability | None = None,
+        clock: Clock | None = None,
+    ) -> Environment:
+        """``env`` (default: an empty one) with the values a verb's caller gave."""
+        return (env or cls()).given(
+            store=store, lease_seconds=lease_seconds, durability=durability, clock=clock
+        )
+
     def given(
         self,
         *,

@@ -93,8 +93,8 @@ async def run(
         StoreError: the store cannot be written; the run is then left to :func:`resume`.
     """
     _check_goal(goal)
-    e = (env or Environment()).given(
-        store=store, lease_seconds=lease_seconds, durability=durability, clock=clock
+    e = Environment.of(
+        env, store=store, lease_seconds=lease_seconds, durability=durability, clock=clock
     )
     durable.durability(e.durability)
     chosen = _goal_strategy(strategy)
@@ -218,8 +218,8 @@ async def resume(
             the run waits for approval.
         StoreError: the store cannot be read or written.
     """
-    e = (env or Environment()).given(
-        store=store, lease_seconds=lease_seconds, durability=durability, clock=clock
+    e = Environment.of(
+        env, store=store, lease_seconds=lease_seconds, durability=durability, clock=clock
     )
     stored = _resumable(e.needs_store("resume").load_run(RunId(run_id)))
     if isinstance(stored, RunResult):
@@ -288,8 +288,8 @@ async def continue_run(
         RunLeasedError: another process owns the run.
         ConfigError: ``prepare`` refused the run, or a toolset or model cannot load.
     """
-    e = (env or Environment()).given(
-        store=store, lease_seconds=lease_seconds, durability=durability, clock=clock
+    e = Environment.of(
+        env, store=store, lease_seconds=lease_seconds, durability=durability, clock=clock
     )
     durable.durability(e.durability)
     store = e.needs_store("continue_run")
