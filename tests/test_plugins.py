@@ -9,8 +9,11 @@ use them in ``tests/server/test_plugin_api.py`` and ``tests/scale/test_plugin_qu
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import subprocess
+import threading
+import time
 import tomllib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -21,6 +24,7 @@ import pytest
 from taskdecomp import run
 from taskdecomp.engine import resume
 from taskdecomp.models import PROVIDERS
+from taskdecomp.plugins import Registry
 from taskdecomp.run import RunId
 from taskdecomp.store import open_store
 from taskdecomp.strategies.registry import STRATEGIES, goal_strategies
@@ -56,6 +60,35 @@ def test_the_built_ins_are_declared_as_a_plugin_declares_them() -> None:
 def test_the_registries_list_the_plugins_names() -> None:
     assert "one_call" in goal_strategies() and "workflow" not in goal_strategies()
     assert "echo" in PROVIDERS.names() and "notes" in SOURCES.names()
+
+
+def test_threads_asking_at_once_all_find_a_plugins_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker resolves the models of two runs on two threads at once: the one that comes
+    second must not find the entry points half read."""
+    real = importlib.metadata.entry_points
+
+    def slow(**kw: Any) -> Any:
+        time.sleep(0.2)  # the first thread is reading them while the others ask
+        return real(**kw)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", slow)
+    fresh: Registry[object] = Registry(group="taskdecomp.models", kind="provider", builtins={})
+    found: list[object] = []
+    failed: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            found.append(fresh.get("echo"))
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failed == []
+    assert len(found) == 4 and all(p is PROVIDERS.get("echo") for p in found)
 
 
 def test_python_runs_the_plugins_strategy_with_its_tools_and_keeps_its_options(

@@ -17,6 +17,7 @@ replaces whatever had the name.
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar, cast
 
@@ -50,6 +51,7 @@ class Registry(Generic[T]):
         self._refs: dict[str, str] = dict(builtins)
         self._loaded: dict[str, T] = {}
         self._scanned = False
+        self._scan_lock = threading.Lock()
         self._missing = missing
 
     def register(self, name: str, plugin: T) -> None:
@@ -91,14 +93,19 @@ class Registry(Generic[T]):
         return isinstance(name, str) and name in self.names()
 
     def _scan(self) -> None:
+        # Runs of a worker resolve names on several threads at once: a thread that finds the
+        # scan done must find its names too, so the flag is set only after they are in.
         if self._scanned:
             return
-        self._scanned = True
-        from importlib.metadata import entry_points  # 20 ms: only once a name is not built in
+        with self._scan_lock:
+            if self._scanned:
+                return
+            from importlib.metadata import entry_points  # 20 ms: once a name is not built in
 
-        for entry in entry_points(group=self.group):
-            if entry.name not in self._loaded:
-                self._refs.setdefault(entry.name, entry.value)
+            for entry in entry_points(group=self.group):
+                if entry.name not in self._loaded:
+                    self._refs.setdefault(entry.name, entry.value)
+            self._scanned = True
 
 
 def _load(ref: str, what: str, missing: Callable[[str], ConfigError]) -> object:
