@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -156,8 +157,9 @@ class Served:
     service: Any = None
 
     def __enter__(self) -> Served:
-        self.service = open_service(self.config)
         port = free_port()
+        self.config = dataclasses.replace(self.config, host="127.0.0.1", port=port)
+        self.service = open_service(self.config)
         config = uvicorn.Config(
             create_app(self.service), host="127.0.0.1", port=port, log_level="warning"
         )

@@ -54,6 +54,15 @@ GRACE_SECONDS = 3
     "[env: TASKDECOMP_CORS_ORIGINS, comma-separated; default: CORS off]",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A host name clients may reach the server by (NAME or NAME:PORT), beyond "
+    "127.0.0.1, localhost, [::1] and the --host address; repeat for more. Any other "
+    "Host is refused (421).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
     default="info",
@@ -80,6 +89,7 @@ def serve_command(
     decomp_model: str | None,
     chat_model: str | None,
     cors_origins: tuple[str, ...],
+    allowed_hosts: tuple[str, ...],
     log_level: str,
     executor: str,
     queue: str,
@@ -113,6 +123,7 @@ def serve_command(
             )
         config = dataclasses.replace(config, connection=Connection(base_url=base_url))
     config = dataclasses.replace(config, executor=executor, queue=queue)
+    config = dataclasses.replace(config, host=host, port=port or None, allowed_hosts=allowed_hosts)
     service = open_service(config)
     where = f"store: {service.store.name}"
     if executor == "queue":

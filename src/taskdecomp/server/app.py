@@ -26,6 +26,8 @@ from taskdecomp.errors import TaskdecompError
 from taskdecomp.run import RunId
 from taskdecomp.server import streams
 from taskdecomp.server.guard import BearerToken, BodyLimit
+from taskdecomp.server.hosts import HostAllowlist
+from taskdecomp.server.origin import SameOrigin
 from taskdecomp.server.problems import MEDIA_TYPE, Problem, body, status_of
 from taskdecomp.server.schemas import (
     ApproveIn,
@@ -71,6 +73,10 @@ def create_app(service: Service) -> FastAPI:
     config = service.config
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     app.add_middleware(BearerToken, token=config.token)
+    app.add_middleware(SameOrigin, trusted=config.cors_origins)
+    app.add_middleware(
+        HostAllowlist, host=config.host, port=config.port, names=config.allowed_hosts
+    )
     if config.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -17,6 +17,7 @@ from taskdecomp.decomposition import DecompOptions
 from taskdecomp.durable import DEFAULT_DURABILITY, Durability
 from taskdecomp.errors import ConfigError
 from taskdecomp.models.connection import Connection
+from taskdecomp.server.hosts import allowed_host
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 """The largest request body accepted (a goal, a plan, a chat message)."""
@@ -63,6 +64,11 @@ class ServerConfig:
             ``queue`` for ``taskdecomp worker`` processes (PostgreSQL store only; the
             toolset and model names must be the ones the workers register).
         queue: the queue runs are submitted to.
+        host: the address the server listens on; with ``port``, the Host names it
+            answers to (see :mod:`.hosts`).
+        port: the port it listens on; ``None``: loopback names on any port.
+        allowed_hosts: further names (``NAME`` or ``NAME:PORT``) clients may reach the
+            server by (``serve --allowed-host``); any other Host is refused.
     """
 
     store_url: str
@@ -82,6 +88,9 @@ class ServerConfig:
     poll_seconds: float = 0.5
     executor: Executor = "process"
     queue: str = "default"
+    host: str = "127.0.0.1"
+    port: int | None = None
+    allowed_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.toolsets:
@@ -100,6 +109,8 @@ class ServerConfig:
             )
         if self.token is not None and not self.token.strip():
             raise ConfigError("TASKDECOMP_API_TOKEN is empty; set a long random value or unset it")
+        for name in self.allowed_hosts:
+            allowed_host(name)
 
 
 def is_loopback(host: str) -> bool:
