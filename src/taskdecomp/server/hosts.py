@@ -35,9 +35,9 @@ class Authority:
     port: int | None
     """The port; ``None``: not given (in an allowlist entry: any port)."""
 
-    def matches(self, host: str, port: int) -> bool:
-        """Whether this allowlist entry admits ``host`` on ``port``."""
-        return self.host == host and self.port in (None, port)
+    def admits(self, given: Authority) -> bool:
+        """Whether this allowlist entry admits the request's ``given`` authority."""
+        return self.host == given.host and self.port in (None, given.port)
 
     def __str__(self) -> str:
         name = f"[{self.host}]" if ":" in self.host else self.host
@@ -122,7 +122,7 @@ class HostAllowlist:
             await send_problem(send, 400, "the request has no Host header; send one")
         elif given is None:
             await send_problem(send, 400, f"the Host header {raw!r} is not a host name")
-        elif not any(entry.matches(given.host, given.port or 0) for entry in self._allowed):
+        elif not any(entry.admits(given) for entry in self._allowed):
             await send_problem(send, 421, self._refusal(raw))
         else:
             await self.app(scope, receive, send)
@@ -132,7 +132,7 @@ class HostAllowlist:
         if self._wide:
             return (
                 f"this server does not answer to host {raw!r}: it listens on "
-                f"{self._bound or 'every address'!s}, and beyond {builtin} it answers only to "
+                f"{self._bound or 'every address'}, and beyond {builtin} it answers only to "
                 "the names given with 'taskdecomp serve --allowed-host NAME'"
             )
         return (

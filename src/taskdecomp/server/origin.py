@@ -10,8 +10,9 @@ state-changing request (POST, PUT, PATCH, DELETE) passes only when
   trusts (``--cors-origin``), else 403;
 - its ``Sec-Fetch-Site``, if sent, is not ``cross-site`` or ``same-site`` (another port on
   the same host is same-site yet another origin), unless its ``Origin`` is trusted, else 403;
-- it has no body, or a body sent as ``Content-Type: application/json`` (which no browser
-  sends to another origin without a CORS preflight), else 415.
+- it is sent as ``Content-Type: application/json`` (which no browser sends to another
+  origin without a CORS preflight), or has neither a body nor a ``Content-Type``, else 415
+  (an empty form is still a form).
 
 Clients that send neither header (curl, httpx, SDKs) are not browsers and pass.
 """
@@ -80,7 +81,7 @@ class SameOrigin:
 
 
 def _not_json(headers: dict[str, str]) -> str | None:
-    """Why the request's body is refused, or ``None`` (JSON, or no body at all)."""
+    """Why the request's body is refused, or ``None`` (JSON, or no body and no type)."""
     given = headers.get("content-type")
     length = headers.get("content-length", "").strip()
     has_body = "transfer-encoding" in headers or (length not in ("", "0"))
