@@ -9,6 +9,9 @@
     ))
     app = create_app(service)  # any ASGI server
 
+The application answers only to loopback Host names (and ``host``) unless the config's
+``allowed_hosts`` names others, and refuses state-changing requests from other origins.
+
 Needs the ``server`` extra (FastAPI, uvicorn): ``pip install 'taskdecomp[server]'``.
 """
 
