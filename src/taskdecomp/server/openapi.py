@@ -1,0 +1,113 @@
+"""The OpenAPI document: the contract clients are generated from.
+
+Every JSON answer has a schema (:mod:`.responses`, attached to each route with
+:func:`returns`), and every error is documented as what the server sends: a ``Problem``
+under ``application/problem+json``. A route names the problems its own work can answer
+(``returns(RunView, 404, 409)``); :func:`install` adds those every operation of a kind can
+answer (:func:`shared_problems`: a crash, the token, the body limit, request validation)
+and replaces FastAPI's own 422 schema, which the server never sends.
+
+A new status is described once in :data:`WHY`; one every operation of a kind can answer
+goes in :func:`shared_problems`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+
+from taskdecomp.server.problems import MEDIA_TYPE
+from taskdecomp.server.responses import ProblemDocument
+
+SCHEMAS = "#/components/schemas/"
+
+WHY: dict[int, str] = {
+    400: "The request is malformed (a Last-Event-ID that is not a whole number).",
+    401: "No token, or a wrong one: send 'Authorization: Bearer TOKEN'.",
+    404: "No such run, plan or node (or the chat agent is off).",
+    409: "The run or plan is not in a state that allows this; detail says why.",
+    413: "The request body is larger than the server accepts.",
+    422: "A field of the body, the path or the query is invalid; errors lists each one.",
+    500: "The server failed to handle the request; its log says why.",
+    502: "The chat model failed.",
+    503: "The server is shutting down, or its store cannot be reached.",
+}
+"""What each problem status means, for every operation that can answer it."""
+
+EVENT_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-sent events: 'id' (the sequence number), 'event' (the kind) "
+        "and 'data' (one line of JSON) each; see docs/service.md.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+"""The ``responses`` of an event stream's 200."""
+
+
+def returns(model: type[Any] | None, *problems: int) -> dict[str, Any]:
+    """The route options of an operation that answers ``model`` or one of ``problems``.
+
+    The answer keeps exactly the keys the route gave it (``response_model_exclude_unset``).
+    """
+    options: dict[str, Any] = {"responses": problem_responses(*problems)}
+    if model is not None:
+        options |= {"response_model": model, "response_model_exclude_unset": True}
+    return options
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` entries of ``statuses``, each a ``Problem``."""
+    return {status: _problem(status) for status in statuses}
+
+
+def shared_problems(operation: dict[str, Any], *, token: bool) -> tuple[int, ...]:
+    """The problems every operation like ``operation`` can answer, whatever its route."""
+    statuses = [500]
+    if token:
+        statuses.append(401)
+    if "requestBody" in operation:
+        statuses.append(413)
+    if "requestBody" in operation or operation.get("parameters"):
+        statuses.append(422)
+    return tuple(statuses)
+
+
+def install(app: FastAPI, *, token: bool) -> None:
+    """Make ``app`` serve the document with its problems (and the bearer scheme if ``token``)."""
+    generate: Callable[[], dict[str, Any]] = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = document(generate(), token=token)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented override
+
+
+def document(generated: dict[str, Any], *, token: bool) -> dict[str, Any]:
+    """``generated`` with every problem documented as the server sends it."""
+    components = generated.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    problem = ProblemDocument.model_json_schema(ref_template=SCHEMAS + "{model}")
+    schemas.update(problem.pop("$defs", {}))
+    schemas["Problem"] = problem
+    for path in generated.get("paths", {}).values():
+        for operation in path.values():
+            responses = operation.setdefault("responses", {})
+            for status in shared_problems(operation, token=token):
+                responses[str(status)] = _problem(status)
+    if token:
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        generated["security"] = [{"bearer": []}]
+    return generated
+
+
+def _problem(status: int) -> dict[str, Any]:
+    return {
+        "description": WHY[status],
+        "content": {MEDIA_TYPE: {"schema": {"$ref": SCHEMAS + "Problem"}}},
+    }
