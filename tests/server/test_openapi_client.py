@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -88,7 +89,8 @@ def test_a_generated_client_runs_the_scenario(served: Served, generated: ModuleT
 
         http = client.get_httpx_client()  # the stream is server-sent events: read it raw
         paused = sse_events(http, f"/runs/{run_id}/events", until="RunStopped")
-        assert paused[-1]["data"]["data"]["status"] == "paused"
+        stopped = models.RunEvent.from_dict(paused[-1]["data"])
+        assert stopped.kind == "RunStopped" and stopped.data["status"] == "paused"
         waiting = runs.get_run.sync(client=client, run_id=run_id)
         assert waiting.status == "paused" and waiting.approval.kind == "tool"
         assert waiting.approval.subject["tool"] == "publish"
@@ -96,7 +98,8 @@ def test_a_generated_client_runs_the_scenario(served: Served, generated: ModuleT
         approved = runs.approve_run.sync(client=client, run_id=run_id, body=models.ApproveIn())
         assert isinstance(approved, models.RunView)
         rest = sse_events(http, f"/runs/{run_id}/events", last_event_id=paused[-1]["id"])
-        assert rest[-1]["event"] == "end" and rest[-1]["data"]["status"] == "ok"
+        end = models.RunStreamEnd.from_dict(rest[-1]["data"])
+        assert rest[-1]["event"] == "end" and end.status == "ok" and end.last_seq == rest[-2]["id"]
 
         view = runs.get_run.sync(client=client, run_id=run_id)
         assert view.status == "ok" and view.stop_reason == "success"
@@ -165,7 +168,17 @@ def test_every_operation_documents_its_answers_and_its_problems(served: Served) 
                     assert schemas[ref]["properties"], f"{where} {status}"
         if "requestBody" in op or op.get("parameters"):
             assert "422" in op["responses"], where
+    refs = set(re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', json.dumps(doc)))
+    assert refs <= set(schemas), refs - set(schemas)
+    assert {"Problem", "RunEvent", "RunStreamEnd", "NodesRemoved", "PlanStreamEnd"} <= refs
     by_id = {op["operationId"]: op for _, op in operations}
+    stream = by_id["run_events"]["responses"]["200"]["content"]["text/event-stream"]
+    assert stream["itemSchema"]["properties"]["data"]["contentSchema"] == {
+        "anyOf": [
+            {"$ref": "#/components/schemas/RunEvent"},
+            {"$ref": "#/components/schemas/RunStreamEnd"},
+        ]
+    }
     assert "404" in by_id["get_run"]["responses"] and "409" in by_id["approve_run"]["responses"]
     assert "401" not in by_id["get_run"]["responses"] and "security" not in doc
 
@@ -209,6 +222,12 @@ def test_answers_keep_every_key_the_routes_build(served: Served) -> None:
         tree = client.get(f"/plans/{plan_id}/tree").json()
         assert tree == plain(service.plans.tree(plan_id)) and tree["jobs"][0]["result"]
         check(doc, "PlanTree", tree)
+        named = {"node": "TreeNode", "decomposition": "DecompositionJob"}
+        for message in sse_events(client, f"/plans/{plan_id}/events", until="decomposition"):
+            check(doc, named[message["event"]], message["data"])
+        named = {"end": "RunStreamEnd"}
+        for message in sse_events(client, f"/runs/{ok}/events"):
+            check(doc, named.get(message["event"], "RunEvent"), message["data"])
         job = client.post(f"/plans/{plan_id}/nodes/{tree['nodes'][1]['id']}/decompose").json()
         check(doc, "DecompositionJob", job)
         assert job["state"] == "running" and job["mode"] == "single_node"

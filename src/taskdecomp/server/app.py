@@ -26,7 +26,14 @@ from taskdecomp.errors import TaskdecompError
 from taskdecomp.run import RunId
 from taskdecomp.server import streams
 from taskdecomp.server.guard import BearerToken, BodyLimit
-from taskdecomp.server.openapi import EVENT_STREAM, install, problem_responses, returns
+from taskdecomp.server.openapi import (
+    PLAN_STREAM,
+    RUN_STREAM,
+    event_stream,
+    install,
+    problem_responses,
+    returns,
+)
 from taskdecomp.server.problems import MEDIA_TYPE, Problem, body, status_of
 from taskdecomp.server.responses import (
     ChatTurn,
@@ -190,7 +197,7 @@ def _run_routes(app: FastAPI, service: Service) -> None:
         "/runs/{run_id}/events",
         tags=["runs"],
         response_class=StreamingResponse,
-        responses=EVENT_STREAM | problem_responses(400, 404, 503),
+        responses=event_stream(RUN_STREAM) | problem_responses(400, 404, 503),
     )
     async def run_events(
         run_id: RunPath,
@@ -273,7 +280,7 @@ def _plan_routes(app: FastAPI, service: Service) -> None:
         "/plans/{plan_id}/events",
         tags=["plans"],
         response_class=StreamingResponse,
-        responses=EVENT_STREAM | problem_responses(400, 404, 503),
+        responses=event_stream(PLAN_STREAM) | problem_responses(400, 404, 503),
     )
     async def plan_events(
         plan_id: int,

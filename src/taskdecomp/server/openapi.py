@@ -5,7 +5,8 @@ Every JSON answer has a schema (:mod:`.responses`, attached to each route with
 under ``application/problem+json``. A route names the problems its own work can answer
 (``returns(RunView, 404, 409)``); :func:`install` adds those every operation of a kind can
 answer (:func:`shared_problems`: a crash, the token, the body limit, request validation)
-and replaces FastAPI's own 422 schema, which the server never sends.
+and replaces FastAPI's own 422 schema, which the server never sends. An event stream
+documents the messages it carries (:func:`event_stream`).
 
 A new status is described once in :data:`WHY`; one every operation of a kind can answer
 goes in :func:`shared_problems`.
@@ -17,36 +18,47 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 
 from taskdecomp.server.problems import MEDIA_TYPE
-from taskdecomp.server.responses import ProblemDocument
+from taskdecomp.server.responses import (
+    DecompositionJob,
+    NodesRemoved,
+    PlanStreamEnd,
+    ProblemDocument,
+    RunEvent,
+    RunStreamEnd,
+    TreeNode,
+)
 
 SCHEMAS = "#/components/schemas/"
 
 WHY: dict[int, str] = {
     400: "The request is malformed (a Last-Event-ID that is not a whole number).",
     401: "No token, or a wrong one: send 'Authorization: Bearer TOKEN'.",
-    404: "No such run, plan or node (or the chat agent is off).",
+    403: "A browser request from another site: a cross-site Origin, or a body that is not "
+    "application/json.",
+    404: "The run, plan or node the path names does not exist (POST /chat: the chat agent is off).",
     409: "The run or plan is not in a state that allows this; detail says why.",
     413: "The request body is larger than the server accepts.",
+    421: "The Host header names neither this server's address nor an allowed host.",
     422: "A field of the body, the path or the query is invalid; errors lists each one.",
+    429: "Too many requests of this kind now; Retry-After says when to try again.",
     500: "The server failed to handle the request; its log says why.",
     502: "The chat model failed.",
     503: "The server is shutting down, or its store cannot be reached.",
 }
 """What each problem status means, for every operation that can answer it."""
 
-EVENT_STREAM: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "Server-sent events: 'id' (the sequence number), 'event' (the kind) "
-        "and 'data' (one line of JSON) each; see docs/service.md.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
-    }
-}
-"""The ``responses`` of an event stream's 200."""
+RUN_STREAM: tuple[type[BaseModel], ...] = (RunEvent, RunStreamEnd)
+"""What the messages of a run's event stream carry: events, then ``end``."""
+PLAN_STREAM: tuple[type[BaseModel], ...] = (TreeNode, NodesRemoved, DecompositionJob, PlanStreamEnd)
+"""What the messages of a plan's event stream carry: ``node``, ``removed``,
+``decomposition`` and ``end``."""
 
 
-def returns(model: type[Any] | None, *problems: int) -> dict[str, Any]:
+def returns(model: type[BaseModel] | None, *problems: int) -> dict[str, Any]:
     """The route options of an operation that answers ``model`` or one of ``problems``.
 
     The answer keeps exactly the keys the route gave it (``response_model_exclude_unset``).
@@ -60,6 +72,36 @@ def returns(model: type[Any] | None, *problems: int) -> dict[str, Any]:
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The ``responses`` entries of ``statuses``, each a ``Problem``."""
     return {status: _problem(status) for status in statuses}
+
+
+def event_stream(messages: tuple[type[BaseModel], ...]) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` entry of a 200 that streams server-sent events carrying ``messages``.
+
+    Each message's ``data`` is one line of JSON, one of ``messages`` (``itemSchema``, as
+    FastAPI documents its own event streams).
+    """
+    data = {"anyOf": [{"$ref": SCHEMAS + message.__name__} for message in messages]}
+    item = {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "id": {"type": "string"},
+            "event": {"type": "string"},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": data,
+            },
+        },
+    }
+    stream = {"schema": {"type": "string"}, "itemSchema": item}
+    return {
+        200: {
+            "description": "Server-sent events, each with an 'event' name and one line of JSON "
+            "as 'data'; see docs/service.md.",
+            "content": {"text/event-stream": stream},
+        }
+    }
 
 
 def shared_problems(operation: dict[str, Any], *, token: bool) -> tuple[int, ...]:
@@ -89,12 +131,7 @@ def install(app: FastAPI, *, token: bool) -> None:
 def document(generated: dict[str, Any], *, token: bool) -> dict[str, Any]:
     """``generated`` with every problem documented as the server sends it."""
     components = generated.setdefault("components", {})
-    schemas = components.setdefault("schemas", {})
-    for name in ("HTTPValidationError", "ValidationError"):
-        schemas.pop(name, None)
-    problem = ProblemDocument.model_json_schema(ref_template=SCHEMAS + "{model}")
-    schemas.update(problem.pop("$defs", {}))
-    schemas["Problem"] = problem
+    _add_schemas(components.setdefault("schemas", {}))
     for path in generated.get("paths", {}).values():
         for operation in path.values():
             responses = operation.setdefault("responses", {})
@@ -104,6 +141,21 @@ def document(generated: dict[str, Any], *, token: bool) -> dict[str, Any]:
         components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         generated["security"] = [{"bearer": []}]
     return generated
+
+
+def _add_schemas(schemas: dict[str, Any]) -> None:
+    """``Problem`` and the event streams' messages in; FastAPI's own 422 schemas out."""
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    problem = ProblemDocument.model_json_schema(ref_template=SCHEMAS + "{model}")
+    schemas.update(problem.pop("$defs", {}))
+    schemas["Problem"] = problem
+    _, streamed = models_json_schema(
+        [(model, "serialization") for model in dict.fromkeys((*RUN_STREAM, *PLAN_STREAM))],
+        ref_template=SCHEMAS + "{model}",
+    )
+    for name, schema in streamed.get("$defs", {}).items():
+        schemas.setdefault(name, schema)  # a model a route answers too is there already
 
 
 def _problem(status: int) -> dict[str, Any]:

@@ -343,6 +343,39 @@ class Health(_Out):
     ok: bool
 
 
+class RunEvent(_Out):
+    """A message of a run's event stream: one stored event (the SSE ``id`` is ``seq``)."""
+
+    seq: int
+    """The event's per-run sequence number."""
+    kind: str
+    """``RunStarted``, ``ModelCalled``, ``StepFinished``, ``RunStopped``, ... (the SSE event)."""
+    at: float
+    """Unix time."""
+    data: dict[str, Json]
+    """What the event says; its keys depend on its kind."""
+
+
+class RunStreamEnd(_Out):
+    """The ``end`` message of a run's event stream: the run ended, every event was sent."""
+
+    status: RunState
+    last_seq: int
+    """The sequence number of the run's last event."""
+
+
+class NodesRemoved(_Out):
+    """The ``removed`` message of a plan's event stream."""
+
+    node_ids: list[int]
+
+
+class PlanStreamEnd(_Out):
+    """The ``end`` message of a plan's event stream."""
+
+    reason: str
+
+
 class FieldError(_Out):
     """One invalid field of a request."""
 
