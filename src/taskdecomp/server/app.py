@@ -12,7 +12,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import Body, FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
@@ -27,8 +27,29 @@ from taskdecomp.run import RunId
 from taskdecomp.server import streams
 from taskdecomp.server.guard import BearerToken, BodyLimit
 from taskdecomp.server.hosts import HostAllowlist
+from taskdecomp.server.openapi import (
+    PLAN_STREAM,
+    RUN_STREAM,
+    event_stream,
+    install,
+    problem_responses,
+    returns,
+)
 from taskdecomp.server.origin import SameOrigin
 from taskdecomp.server.problems import MEDIA_TYPE, Problem, body, status_of
+from taskdecomp.server.responses import (
+    ChatTurn,
+    DecompositionJob,
+    Health,
+    ModelList,
+    PlanCreated,
+    PlanList,
+    PlanTree,
+    RunList,
+    RunView,
+    Status,
+    ToolsetList,
+)
 from taskdecomp.server.schemas import (
     ApproveIn,
     ChatIn,
@@ -44,7 +65,6 @@ logger = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
 
 RunPath = Annotated[str, PathParam(max_length=200, description="A run id.")]
-Status = Literal["queued", "running", "interrupted", "paused", "ok", "stopped"]
 
 
 def create_app(service: Service) -> FastAPI:
@@ -63,12 +83,14 @@ def create_app(service: Service) -> FastAPI:
         docs_url=None,  # the interactive docs load from a CDN; /openapi.json is the contract
         redoc_url=None,
         lifespan=lifespan,
+        generate_unique_id_function=lambda route: route.name,  # operation ids: the routes' names
     )
     app.state.service = service
     _errors(app)
     _run_routes(app, service)
     _plan_routes(app, service)
     _misc_routes(app, service)
+    install(app, token=service.config.token is not None)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     config = service.config
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
@@ -128,12 +150,12 @@ def _errors(app: FastAPI) -> None:
 def _run_routes(app: FastAPI, service: Service) -> None:
     runs = service.runs
 
-    @app.post("/runs", status_code=202, tags=["runs"])
+    @app.post("/runs", status_code=202, tags=["runs"], **returns(RunView, 409, 503))
     async def start_run(run: RunIn) -> dict[str, Any]:
         """Start a run in the background; 202 with the stored run."""
         return runs.view(await runs.start(run))
 
-    @app.get("/runs", tags=["runs"])
+    @app.get("/runs", tags=["runs"], **returns(RunList, 503))
     async def list_runs(
         status: Status | None = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -142,24 +164,28 @@ def _run_routes(app: FastAPI, service: Service) -> None:
         """Stored runs, newest first, a page at a time."""
         return runs.listing(status=status, limit=limit, offset=offset)
 
-    @app.get("/runs/{run_id}", tags=["runs"])
+    @app.get("/runs/{run_id}", tags=["runs"], **returns(RunView, 404, 503))
     async def get_run(run_id: RunPath) -> dict[str, Any]:
         """One stored run: status, plan, trace, history, answer, usage."""
         return runs.view(run_id)
 
-    @app.post("/runs/{run_id}/resume", status_code=202, tags=["runs"])
+    @app.post(
+        "/runs/{run_id}/resume", status_code=202, tags=["runs"], **returns(RunView, 404, 409, 503)
+    )
     async def resume_run(run_id: RunPath) -> dict[str, Any]:
         """Continue an interrupted run (or one stopped on its deadline or cancelled)."""
         await runs.resume(run_id)
         return runs.view(run_id)
 
-    @app.post("/runs/{run_id}/cancel", tags=["runs"])
+    @app.post("/runs/{run_id}/cancel", tags=["runs"], **returns(RunView, 404, 409, 503))
     async def cancel_run(run_id: RunPath) -> dict[str, Any]:
         """Cancel a run executing here or queued; it is stored as cancelled (resumable)."""
         await runs.cancel(run_id)
         return runs.view(run_id)
 
-    @app.post("/runs/{run_id}/approve", status_code=202, tags=["runs"])
+    @app.post(
+        "/runs/{run_id}/approve", status_code=202, tags=["runs"], **returns(RunView, 404, 409, 503)
+    )
     async def approve_run(
         run_id: RunPath, approval: Annotated[ApproveIn | None, Body()] = None
     ) -> dict[str, Any]:
@@ -167,7 +193,7 @@ def _run_routes(app: FastAPI, service: Service) -> None:
         await runs.approve(run_id, approval.plan if approval is not None else None)
         return runs.view(run_id)
 
-    @app.post("/runs/{run_id}/reject", tags=["runs"])
+    @app.post("/runs/{run_id}/reject", tags=["runs"], **returns(RunView, 404, 409, 503))
     async def reject_run(run_id: RunPath, rejection: RejectIn) -> dict[str, Any]:
         """End a paused run with approval_rejected."""
         await runs.reject(run_id, rejection.reason)
@@ -177,7 +203,7 @@ def _run_routes(app: FastAPI, service: Service) -> None:
         "/runs/{run_id}/events",
         tags=["runs"],
         response_class=StreamingResponse,
-        responses={200: {"content": {"text/event-stream": {}}}},
+        responses=event_stream(RUN_STREAM) | problem_responses(400, 404, 503),
     )
     async def run_events(
         run_id: RunPath,
@@ -197,7 +223,16 @@ def _run_routes(app: FastAPI, service: Service) -> None:
 def _plan_routes(app: FastAPI, service: Service) -> None:
     plans = service.plans
 
-    @app.post("/plans", status_code=201, tags=["plans"])
+    @app.post(
+        "/plans",
+        status_code=201,
+        tags=["plans"],
+        response_model=PlanCreated,
+        responses={
+            202: {"model": PlanCreated, "description": "Created; its decomposition runs."},
+            **problem_responses(409, 503),
+        },
+    )
     async def create_plan(plan: PlanIn) -> JSONResponse:
         """Create a plan (create_plan); 202 while it is decomposed in the background."""
         tree, job = plans.create(
@@ -207,22 +242,32 @@ def _plan_routes(app: FastAPI, service: Service) -> None:
         data["job"] = job.to_dict() if job is not None else None
         return JSONResponse(data, status_code=201 if job is None else 202)
 
-    @app.get("/plans", tags=["plans"])
+    @app.get("/plans", tags=["plans"], **returns(PlanList, 503))
     async def list_plans() -> dict[str, Any]:
         """Every stored plan tree, newest first."""
         return {"plans": plans.listing()}
 
-    @app.get("/plans/{plan_id}/tree", tags=["plans"])
+    @app.get("/plans/{plan_id}/tree", tags=["plans"], **returns(PlanTree, 404, 503))
     async def plan_tree(plan_id: int) -> dict[str, Any]:
         """A plan tree with its nodes (walk order, with depth) and its decompositions."""
         return plans.tree(plan_id)
 
-    @app.post("/plans/{plan_id}/decompose", status_code=202, tags=["plans"])
+    @app.post(
+        "/plans/{plan_id}/decompose",
+        status_code=202,
+        tags=["plans"],
+        **returns(DecompositionJob, 404, 409, 503),
+    )
     async def decompose_plan(plan_id: int) -> dict[str, Any]:
         """Decompose the whole plan breadth-first (plan_bfs) in the background."""
         return plans.decompose(plan_id, None).to_dict()
 
-    @app.post("/plans/{plan_id}/nodes/{node_id}/decompose", status_code=202, tags=["plans"])
+    @app.post(
+        "/plans/{plan_id}/nodes/{node_id}/decompose",
+        status_code=202,
+        tags=["plans"],
+        **returns(DecompositionJob, 404, 409, 503),
+    )
     async def decompose_node(
         plan_id: int, node_id: int, request: Annotated[NodeDecomposeIn | None, Body()] = None
     ) -> dict[str, Any]:
@@ -241,7 +286,7 @@ def _plan_routes(app: FastAPI, service: Service) -> None:
         "/plans/{plan_id}/events",
         tags=["plans"],
         response_class=StreamingResponse,
-        responses={200: {"content": {"text/event-stream": {}}}},
+        responses=event_stream(PLAN_STREAM) | problem_responses(400, 404, 503),
     )
     async def plan_events(
         plan_id: int,
@@ -259,14 +304,14 @@ def _plan_routes(app: FastAPI, service: Service) -> None:
 
 
 def _misc_routes(app: FastAPI, service: Service) -> None:
-    @app.post("/chat", tags=["chat"])
+    @app.post("/chat", tags=["chat"], **returns(ChatTurn, 404, 502, 503))
     async def chat(message: ChatIn) -> dict[str, Any]:
         """Talk to the chat agent; its structured actions run through the same code."""
         if service.chat is None:
             raise Problem(404, "the chat agent is off; start the server with --chat-model")
         return await service.chat.turn(message.message, message.conversation_id)
 
-    @app.get("/toolsets", tags=["service"])
+    @app.get("/toolsets", tags=["service"], **returns(ToolsetList))
     async def toolsets() -> dict[str, Any]:
         """The toolsets runs may use, by name, with their tools."""
         return {
@@ -276,7 +321,7 @@ def _misc_routes(app: FastAPI, service: Service) -> None:
             ]
         }
 
-    @app.get("/models", tags=["service"])
+    @app.get("/models", tags=["service"], **returns(ModelList))
     async def models() -> dict[str, Any]:
         """The models runs may use (the first is the default)."""
         config = service.config
@@ -286,7 +331,7 @@ def _misc_routes(app: FastAPI, service: Service) -> None:
             "chat": config.chat_model is not None,
         }
 
-    @app.get("/health", tags=["service"])
+    @app.get("/health", tags=["service"], **returns(Health))
     async def health() -> dict[str, Any]:
         """Whether the server takes work."""
         return {"ok": not service.closing.is_set()}
