@@ -1,0 +1,193 @@
+"""Workflow runs over real HTTP: the example workflow started, streamed, listed and shown.
+
+The operator registers the built-in ``default`` workflow with the example's workspace as
+its template; the scripted model of ``examples/workflow`` drives its agents.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from taskdecomp.server import ServerConfig
+from tests.conftest import EXAMPLES
+from tests.server.support import Served, run_model, sse_events, wait_for
+
+SCRIPT = EXAMPLES / "workflow" / "script.json"
+DESIGN = (EXAMPLES / "workflow" / "design.md").read_text(encoding="utf-8")
+MODEL = f"scripted:{SCRIPT}"
+TASKS = {
+    "decomposedFrom": "design.md",
+    "tasks": [
+        {
+            "id": "T1",
+            "title": "Add calc.add",
+            "summary": "add(a, b) in calc/add.py",
+            "filesAllowed": ["calc/add.py"],
+            "acceptanceCriteria": ["add(1, 2) == 3"],
+        }
+    ],
+}
+
+
+def slow_script(tmp_path: Path, latency_ms: int) -> str:
+    """The example's script with a latency on every call, so a run can be caught running."""
+    script = json.loads(SCRIPT.read_text(encoding="utf-8"))
+    script["latency_ms"] = latency_ms
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps(script), encoding="utf-8")
+    return f"scripted:{path}"
+
+
+@pytest.fixture
+def served(tmp_path: Path, toolset: Path) -> Iterator[Served]:
+    config = ServerConfig(
+        store_url=str(tmp_path / "runs.db"),
+        toolsets={"demo": str(toolset)},
+        models=(run_model(tmp_path), MODEL, slow_script(tmp_path, 150)),
+        poll_seconds=0.1,
+        workflows={"calc": "default", "tasks": "tasks"},
+        workflow_templates={"calc": str(EXAMPLES / "workflow" / "workspace")},
+        workspaces=str(tmp_path / "workspaces"),
+    )
+    with Served(config) as server:
+        yield server
+
+
+def start(client: httpx.Client, name: str = "calc", **body: Any) -> httpx.Response:
+    given = {"input": DESIGN, "model": MODEL, "options": {"min_tasks": 3}}
+    given.update(body)
+    return client.post(f"/workflows/{name}/runs", json=given)
+
+
+def assert_problem(response: httpx.Response, status: int, *words: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem: dict[str, Any] = response.json()
+    assert problem["status"] == status
+    for word in words:
+        assert word in problem["detail"], problem
+    return problem
+
+
+def test_the_registered_workflows_are_listed_with_their_phases(served: Served) -> None:
+    with served.client() as client:
+        listed = client.get("/workflows").json()["workflows"]
+    assert [entry["name"] for entry in listed] == ["calc", "tasks"]
+    calc = listed[0]
+    assert calc["workflow"] == "default" and calc["start"] == "design_draft"
+    assert calc["template"] is True and calc["needs_tasks"] is False
+    names = [phase["name"] for phase in calc["phases"]]
+    assert names[0] == "design_draft" and "implement_task" in names and "complete" in names
+    assert listed[1]["needs_tasks"] is True
+
+
+def test_a_workflow_run_is_started_streamed_listed_and_shown(
+    served: Served, tmp_path: Path
+) -> None:
+    with served.client() as client:
+        response = start(client)
+        assert response.status_code == 202, response.text
+        started = response.json()
+        run_id = started["run_id"]
+        assert started["workflow"]["name"] == "calc"
+        assert started["stored_status"] in ("running", "ok")
+
+        events = sse_events(client, f"/runs/{run_id}/events", timeout=120)
+        assert events[-1]["event"] == "end"
+        assert [event["id"] for event in events[:-1]] == list(range(1, len(events)))
+
+        listed = client.get("/runs").json()["runs"]
+        assert [row["status"] for row in listed if row["run_id"] == run_id] == ["ok"]
+
+        shown = wait_for(lambda: done(client, run_id), timeout=60)
+    assert (shown["status"], shown["stop_reason"]) == ("ok", "success")
+    flow = shown["workflow"]
+    assert (flow["name"], flow["workflow"], flow["phase"]) == ("calc", "default", "complete")
+    tasks = {task["id"]: task for task in flow["tasks"]}
+    assert list(tasks) == ["T1", "T2", "T3", "T4", "T5"]
+    assert {task["status"] for task in tasks.values()} == {"passed"}
+    assert tasks["T2"]["attempts"] == 1
+    assert tasks["T2"]["feedback"] == "sub(3, 1) returns 4, not 2: it adds"
+    phases = {phase["name"]: phase for phase in flow["phases"]}
+    assert phases["complete"]["state"] == "current"
+    assert phases["design_draft"]["state"] == "visited" and phases["design_draft"]["runs"] == 1
+    assert sum(phase["runs"] for phase in flow["phases"]) == len(flow["history"]) == 18
+    assert [(run["phase"], run["task"]) for run in flow["history"]].count(
+        ("implement_task", "T2")
+    ) == 2
+    workspace = tmp_path / "workspaces" / run_id
+    for name in ("add", "sub", "mul", "div"):
+        assert (workspace / "calc" / f"{name}.py").is_file()
+    assert (workspace / ".taskdecomp" / "input.md").read_text(encoding="utf-8") == DESIGN
+
+
+def done(client: httpx.Client, run_id: str) -> dict[str, Any] | None:
+    shown: dict[str, Any] = client.get(f"/runs/{run_id}").json()
+    return shown if shown["status"] in ("ok", "stopped") and not shown["active"] else None
+
+
+def test_a_workflow_run_is_cancelled_and_resumed_to_its_end(served: Served) -> None:
+    slow = served.config.models[2]
+    with served.client() as client:
+        response = start(client, model=slow)
+        assert response.status_code == 202, response.text
+        run_id = response.json()["run_id"]
+        cancelled = client.post(f"/runs/{run_id}/cancel")
+        assert cancelled.status_code == 200, cancelled.text
+        assert cancelled.json()["stop_reason"] == "cancelled"
+        assert cancelled.json()["workflow"]["phase"] != "complete"
+
+        resumed = client.post(f"/runs/{run_id}/resume")
+        assert resumed.status_code == 202, resumed.text
+        shown = wait_for(lambda: done(client, run_id), timeout=180, every=0.2)
+    assert (shown["status"], shown["stop_reason"]) == ("ok", "success")
+    assert shown["workflow"]["phase"] == "complete"
+    assert {task["status"] for task in shown["workflow"]["tasks"]} == {"passed"}
+
+
+def test_an_unregistered_workflow_is_404(served: Served) -> None:
+    with served.client() as client:
+        response = start(client, name="nope")
+    assert_problem(response, 404, "'nope'", "calc")
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({"options": {"min_tasks": 9, "max_tasks": 3}}, ("min_tasks",)),
+        ({"options": {"max_iterations": 0}}, ("max_iterations",)),
+        ({"options": {"max_iterations": None}}, ("max_iterations",)),
+        ({"budget": {"max_seconds": -1}}, ("max_seconds",)),
+        ({"workspace": "/etc"}, ("workspace",)),
+        ({"toolset": "nope"}, ("'nope'", "demo")),
+        ({"model": "openai:gpt-unlisted"}, ("not offered",)),
+        ({"input": ""}, ("input",)),
+        ({"tasks": {"tasks": [{"id": "T1"}]}}, ("tasks refused",)),
+    ],
+)
+def test_bad_inputs_are_422(served: Served, body: dict[str, Any], words: tuple[str, ...]) -> None:
+    with served.client() as client:
+        response = start(client, **body)
+        assert_problem(response, 422, *words)
+        assert client.get("/runs").json()["runs"] == []
+
+
+def test_a_workflow_that_starts_at_the_task_loop_needs_its_tasks(served: Served) -> None:
+    with served.client() as client:
+        assert_problem(start(client, name="tasks"), 422, "'tasks'", "implement_task")
+        bad = {"decomposedFrom": "x", "tasks": [{**TASKS["tasks"][0], "dependsOn": ["T9"]}]}
+        assert_problem(start(client, name="tasks", tasks=bad), 422, "tasks refused", "T9")
+        assert client.get("/runs").json()["runs"] == []
+
+
+def test_other_runs_show_no_workflow(served: Served) -> None:
+    with served.client() as client:
+        response = client.post("/runs", json={"goal": "dag", "toolset": "demo"})
+        assert response.status_code == 202, response.text
+        assert response.json()["workflow"] is None
