@@ -7,6 +7,7 @@ its template; the scripted model of ``examples/workflow`` drives its agents.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -191,3 +192,81 @@ def test_other_runs_show_no_workflow(served: Served) -> None:
         response = client.post("/runs", json={"goal": "dag", "toolset": "demo"})
         assert response.status_code == 202, response.text
         assert response.json()["workflow"] is None
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
+PAGE = '<!doctype html><meta name="viewport" content="width=device-width"><div id="flow"></div>'
+
+
+@pytest.fixture
+def browser_page(tmp_path: Path) -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, args=ARGS, headless=True
+        )
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        try:
+            yield page
+        finally:
+            context.close()
+
+
+def test_the_page_script_draws_a_real_runs_phases_and_tasks(
+    served: Served, browser_page: Any, tmp_path: Path
+) -> None:
+    with served.client() as client:
+        run_id = start(client).json()["run_id"]
+        run = wait_for(lambda: done(client, run_id), timeout=120)
+        other = client.post("/runs", json={"goal": "dag", "toolset": "demo"}).json()
+    run["workflow"]["tasks"][0]["title"] = "<b>bold</b> " + "long title " * 20
+    page = browser_page
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.set_content(PAGE)
+    page.add_script_tag(url=served.url + "/static/workflow.js")
+    page.add_style_tag(url=served.url + "/static/workflow.css")
+    drawn = page.evaluate(
+        "run => window.renderWorkflow(document.getElementById('flow'), run) !== null", run
+    )
+    assert drawn is True
+
+    phases = page.eval_on_selector_all(
+        "#flow li.wf-phase", "items => items.map(i => [i.dataset.phase, i.dataset.state])"
+    )
+    assert phases == [[p["name"], p["state"]] for p in run["workflow"]["phases"]]
+    assert page.text_content('#flow li[data-phase="implement_task"] .wf-runs') == "\u00d76"
+    rows = page.eval_on_selector_all(
+        "#flow table.wf-tasks tbody tr",
+        "rows => rows.map(r => [r.dataset.taskId, r.dataset.status])",
+    )
+    assert rows == [[task, "passed"] for task in ("T1", "T2", "T3", "T4", "T5")]
+    feedback = page.get_attribute('#flow tr[data-task-id="T2"] td.wf-col-feedback', "title")
+    assert feedback == "sub(3, 1) returns 4, not 2: it adds"
+    title = page.get_attribute('#flow tr[data-task-id="T1"] td.wf-col-title', "title")
+    assert title == run["workflow"]["tasks"][0]["title"]  # the full text on hover
+    assert page.query_selector("#flow b") is None  # text, never HTML
+    cut = page.eval_on_selector(
+        '#flow tr[data-task-id="T1"] td.wf-col-title',
+        "td => [td.scrollWidth > td.clientWidth, getComputedStyle(td).textOverflow]",
+    )
+    assert cut == [True, "ellipsis"]
+    page.click("#flow details.wf-history summary")
+    assert page.eval_on_selector_all("#flow .wf-runs-table tbody tr", "r => r.length") == 18
+    page.screenshot(path=str(tmp_path / "workflow-1280.png"), full_page=True)
+
+    page.set_viewport_size({"width": 400, "height": 900})
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 400  # the tables scroll inside their own box, not the page
+    page.screenshot(path=str(tmp_path / "workflow-400.png"), full_page=True)
+    cleared = page.evaluate(
+        "run => [window.renderWorkflow(document.getElementById('flow'), run),"
+        " document.getElementById('flow').children.length]",
+        other,
+    )
+    assert cleared == [None, 0]
+    for name in ("workflow-1280.png", "workflow-400.png"):
+        assert (tmp_path / name).stat().st_size > 5000
