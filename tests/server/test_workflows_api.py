@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
+from taskdecomp.errors import ConfigError
 from taskdecomp.server import ServerConfig
+from tests.clitools import cli
 from tests.conftest import EXAMPLES
-from tests.server.support import Served, run_model, sse_events, wait_for
+from tests.server.support import Served, ServeProcess, run_model, sse_events, wait_for
 
 SCRIPT = EXAMPLES / "workflow" / "script.json"
 DESIGN = (EXAMPLES / "workflow" / "design.md").read_text(encoding="utf-8")
@@ -192,6 +195,68 @@ def test_other_runs_show_no_workflow(served: Served) -> None:
         response = client.post("/runs", json={"goal": "dag", "toolset": "demo"})
         assert response.status_code == 202, response.text
         assert response.json()["workflow"] is None
+
+
+def test_serve_registers_workflows_by_name(tmp_path: Path, toolset: Path) -> None:
+    server = ServeProcess(
+        ["--tools", f"demo={toolset}", "--model", MODEL, "--db", str(tmp_path / "runs.db"),
+         "--workflow", "calc=default",
+         "--workflow-template", f"calc={EXAMPLES / 'workflow' / 'workspace'}"],
+    ).start()  # fmt: skip
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            listed = client.get("/workflows").json()["workflows"]
+            started = client.post("/workflows/calc/runs", json={"input": DESIGN})
+    finally:
+        code, output = server.stop()
+    assert [(entry["name"], entry["template"]) for entry in listed] == [("calc", True)]
+    assert started.status_code == 202, started.text
+    assert code in (0, -signal.SIGTERM), output  # uvicorn re-raises the signal once done
+    workspace = tmp_path / "taskdecomp-home" / "workspaces" / started.json()["run_id"]
+    assert (workspace / "calc" / "__init__.py").is_file()  # the template, copied
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--workflow", "calc"], ["--workflow 'calc' is not NAME=VALUE"]),
+        (["--workflow", "a=default", "--workflow", "a=tasks"], ["names 'a' twice"]),
+        (["--workflow-template", "calc=."], ["'calc'", "no --workflow"]),
+        (["--workflow", "calc=BROKEN"], ["workflow 'calc'", "phases"]),
+        (["--workflow", "calc=default", "--workflow-template", "calc=NOWHERE"], ["not a folder"]),
+    ],
+)
+def test_serve_refuses_a_workflow_it_cannot_run(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    toolset: Path,
+    args: list[str],
+    words: list[str],
+) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("workflow: {name: b, start: x}\nphases: {}\n", encoding="utf-8")
+    given = [
+        arg.replace("BROKEN", str(broken)).replace("NOWHERE", str(tmp_path / "no")) for arg in args
+    ]
+    code, out, err = cli(
+        capsys, "serve", "--tools", f"demo={toolset}", "--model", MODEL,
+        "--db", str(tmp_path / "runs.db"), "--port", "0", *given,
+    )  # fmt: skip
+    assert code == 2, out + err
+    assert "serving on" not in out
+    for word in words:
+        assert word in out + err
+
+
+def test_workflow_runs_execute_in_the_server_process() -> None:
+    with pytest.raises(ConfigError, match="--executor queue"):
+        ServerConfig(
+            store_url="postgresql://x/y",
+            toolsets={"a": "x.py"},
+            models=("m",),
+            executor="queue",
+            workflows={"calc": "default"},
+        )
 
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

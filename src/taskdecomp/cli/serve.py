@@ -200,12 +200,15 @@ def _with_workflows(config: Any, workflows: tuple[str, ...], templates: tuple[st
     import dataclasses
 
     from taskdecomp.server.config import parse_pairs
+    from taskdecomp.server.workflowruns import registered
 
-    return dataclasses.replace(
+    config = dataclasses.replace(
         config,
         workflows=parse_pairs("--workflow", workflows),
         workflow_templates=parse_pairs("--workflow-template", templates),
     )
+    registered(config)  # a broken workflow file stops the server before it starts
+    return config
 
 
 def _where(host: str) -> str:

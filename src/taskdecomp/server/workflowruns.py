@@ -110,10 +110,7 @@ class WorkflowRuns:
 
     def __init__(self, config: ServerConfig, runs: RunService) -> None:
         self.runs = runs
-        self.registered = {
-            name: _register(name, source, config.workflow_templates.get(name))
-            for name, source in sorted(config.workflows.items())
-        }
+        self.registered = registered(config)
         self.workspaces = (
             Path(config.workspaces).expanduser()
             if config.workspaces
@@ -239,6 +236,18 @@ def shaped(view: Mapping[str, Any], registered: Registered | None) -> dict[str, 
     }
 
 
+def registered(config: ServerConfig) -> dict[str, Registered]:
+    """Every workflow ``config`` registers, checked and loaded, by name.
+
+    Raises:
+        ConfigError: a workflow file has problems, or a template is not a folder.
+    """
+    return {
+        name: _register(name, source, config.workflow_templates.get(name))
+        for name, source in sorted(config.workflows.items())
+    }
+
+
 def _register(name: str, source: str, template: str | None) -> Registered:
     try:
         workflow = load_workflow(source)
@@ -296,4 +305,12 @@ def _write(path: Path, text: str | None) -> Path | None:
     return path
 
 
-__all__ = ["Registered", "Request", "WorkflowRuns", "phase_list", "shaped", "spec_of"]
+__all__ = [
+    "Registered",
+    "Request",
+    "WorkflowRuns",
+    "phase_list",
+    "registered",
+    "shaped",
+    "spec_of",
+]
