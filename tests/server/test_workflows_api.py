@@ -48,11 +48,18 @@ def slow_script(tmp_path: Path, latency_ms: int) -> str:
     return f"scripted:{path}"
 
 
+def clashing(tmp_path: Path) -> Path:
+    """A toolset with a tool named like one of the workflow's own."""
+    path = tmp_path / "clash.py"
+    path.write_text('def read_file(path: str) -> str:\n    """Read."""\n    return path\n')
+    return path
+
+
 @pytest.fixture
 def served(tmp_path: Path, toolset: Path) -> Iterator[Served]:
     config = ServerConfig(
         store_url=str(tmp_path / "runs.db"),
-        toolsets={"demo": str(toolset)},
+        toolsets={"demo": str(toolset), "clash": str(clashing(tmp_path))},
         models=(run_model(tmp_path), MODEL, slow_script(tmp_path, 150)),
         poll_seconds=0.1,
         workflows={"calc": "default", "tasks": "tasks"},
@@ -170,16 +177,20 @@ def test_an_unregistered_workflow_is_404(served: Served) -> None:
         ({"budget": {"max_seconds": -1}}, ("max_seconds",)),
         ({"workspace": "/etc"}, ("workspace",)),
         ({"toolset": "nope"}, ("'nope'", "demo")),
+        ({"toolset": "clash"}, ("read_file", "clash")),
         ({"model": "openai:gpt-unlisted"}, ("not offered",)),
         ({"input": ""}, ("input",)),
         ({"tasks": {"tasks": [{"id": "T1"}]}}, ("tasks refused",)),
     ],
 )
-def test_bad_inputs_are_422(served: Served, body: dict[str, Any], words: tuple[str, ...]) -> None:
+def test_bad_inputs_are_422(
+    served: Served, tmp_path: Path, body: dict[str, Any], words: tuple[str, ...]
+) -> None:
     with served.client() as client:
         response = start(client, **body)
         assert_problem(response, 422, *words)
         assert client.get("/runs").json()["runs"] == []
+    assert list((tmp_path / "workspaces").glob("*")) == []  # no workspace left behind
 
 
 def test_a_workflow_that_starts_at_the_task_loop_needs_its_tasks(served: Served) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from taskdecomp.budget import Budget
-from taskdecomp.errors import ConfigError, RunNotFoundError, WorkflowError
+from taskdecomp.errors import ConfigError, RunNotFoundError, StoreError, WorkflowError
 from taskdecomp.run import RunId, new_run_id
 from taskdecomp.server.config import ServerConfig
 from taskdecomp.server.problems import Problem
@@ -136,7 +136,8 @@ class WorkflowRuns:
         Raises:
             Problem: 404 for an unregistered workflow; 422 for an unknown toolset, an
                 unlisted model, options or a budget out of range, a task list that breaks
-                a rule or is missing where the workflow starts at the task loop.
+                a rule or is missing where the workflow starts at the task loop, a toolset
+                whose tool names clash with the workflow's own tools.
         """
         registered = self.get(name)
         toolset = self.runs._toolset(request.toolset) if request.toolset else None
@@ -166,9 +167,11 @@ class WorkflowRuns:
                         durability=self.runs.config.durability,
                     ),
                 )
-        except BaseException:
+        except BaseException as exc:
             if not self.runs.is_active(run_id) and not self._stored(run_id):
                 shutil.rmtree(workspace, ignore_errors=True)
+            if isinstance(exc, ConfigError) and not isinstance(exc, StoreError):
+                raise Problem(422, f"the run cannot start: {exc}") from None  # a tool clash
             raise
         return run_id
 
