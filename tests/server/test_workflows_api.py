@@ -346,3 +346,19 @@ def test_the_page_script_draws_a_real_runs_phases_and_tasks(
     assert cleared == [None, 0]
     for name in ("workflow-1280.png", "workflow-400.png"):
         assert (tmp_path / name).stat().st_size > 5000
+
+
+def test_a_workflow_run_this_server_does_not_register_shows_the_phases_it_went_through() -> None:
+    from taskdecomp.server.workflowruns import shaped
+
+    view = {
+        "workflow": "mine", "phase": "review", "phases": [
+            {"no": 1, "phase": "draft"}, {"no": 2, "phase": "review"}, {"no": 3, "phase": "draft"},
+        ],
+        "in_flight": [], "tasks": [], "status_fields": {},
+    }  # fmt: skip
+    flow = shaped(view, None)
+    assert flow["name"] is None
+    states = [(p["name"], p["runs"], p["state"]) for p in flow["phases"]]
+    assert states == [("draft", 2, "visited"), ("review", 1, "current")]
+    assert [p["name"] for p in shaped({**view, "phase": None, "phases": []}, None)["phases"]] == []

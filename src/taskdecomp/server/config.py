@@ -176,7 +176,7 @@ def parse_pairs(option: str, pairs: tuple[str, ...]) -> dict[str, str]:
         name, sep, value = pair.partition("=")
         name, value = name.strip(), value.strip()
         if not sep or not name or not value:
-            raise ConfigError(f"{option} {pair!r} is not NAME=VALUE (e.g. {option} calc=FILE)")
+            raise ConfigError(f"{option} {pair!r} is not NAME=VALUE")
         if name in found:
             raise ConfigError(f"{option} names {name!r} twice; give each its own name")
         found[name] = value

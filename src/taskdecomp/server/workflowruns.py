@@ -219,7 +219,7 @@ def shaped(view: Mapping[str, Any], registered: Registered | None) -> dict[str, 
     if registered is not None:
         phases = phase_list(registered.workflow)
     else:
-        seen = [*dict.fromkeys([*counts, view["phase"]])]
+        seen = [name for name in dict.fromkeys([*counts, view["phase"]]) if name is not None]
         phases = [{"name": name, "type": None, "description": "", "next": []} for name in seen]
     for phase in phases:
         name = phase["name"]
