@@ -79,6 +79,22 @@ GRACE_SECONDS = 3
 @click.option(
     "--queue", default="default", show_default=True, help="The queue runs go to (--executor queue)."
 )
+@click.option(
+    "--workflow",
+    "workflows",
+    multiple=True,
+    metavar="NAME=FILE",
+    help="A workflow clients may run by NAME (a workflow file, or a built-in: default, "
+    "tasks); repeat for more.",
+)
+@click.option(
+    "--workflow-template",
+    "workflow_templates",
+    multiple=True,
+    metavar="NAME=DIR",
+    help="The folder each run of workflow NAME starts from (copied into its own workspace); "
+    "default: an empty folder.",
+)
 @DB_OPTION
 def serve_command(
     host: str,
@@ -93,6 +109,8 @@ def serve_command(
     log_level: str,
     executor: str,
     queue: str,
+    workflows: tuple[str, ...],
+    workflow_templates: tuple[str, ...],
     db: str | None,
 ) -> int:
     """Serve the HTTP API, the live event streams and the web page at http://HOST:PORT/.
@@ -124,6 +142,7 @@ def serve_command(
         config = dataclasses.replace(config, connection=Connection(base_url=base_url))
     config = dataclasses.replace(config, executor=executor, queue=queue)
     config = dataclasses.replace(config, host=host, port=port or None, allowed_hosts=allowed_hosts)
+    config = _with_workflows(config, workflows, workflow_templates)
     service = open_service(config)
     where = f"store: {service.store.name}"
     if executor == "queue":
@@ -186,6 +205,21 @@ def _config(
         lease_seconds=settings.lease_seconds,
         durability=settings.durability,
     )
+
+
+def _with_workflows(config: Any, workflows: tuple[str, ...], templates: tuple[str, ...]) -> Any:
+    import dataclasses
+
+    from taskdecomp.server.config import parse_pairs
+    from taskdecomp.server.workflowruns import registered
+
+    config = dataclasses.replace(
+        config,
+        workflows=parse_pairs("--workflow", workflows),
+        workflow_templates=parse_pairs("--workflow-template", templates),
+    )
+    registered(config)  # a broken workflow file stops the server before it starts
+    return config
 
 
 def _where(host: str) -> str:

@@ -59,6 +59,7 @@ from taskdecomp.server.schemas import (
     RunIn,
 )
 from taskdecomp.server.service import Service
+from taskdecomp.server.workflows import add_routes as add_workflow_routes
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ def create_app(service: Service) -> FastAPI:
     _plan_routes(app, service)
     _misc_routes(app, service)
     install(app, token=service.config.token is not None)
+    add_workflow_routes(app, service)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     config = service.config
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)

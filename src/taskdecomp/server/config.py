@@ -69,6 +69,12 @@ class ServerConfig:
         port: the port it listens on; ``None``: loopback names on any port.
         allowed_hosts: further names (``NAME`` or ``NAME:PORT``) clients may reach the
             server by (``serve --allowed-host``); any other Host is refused.
+        workflows: workflow name -> workflow file or built-in name (``default``,
+            ``tasks``), checked once at start-up.
+        workflow_templates: workflow name -> a folder each run of it starts from (copied
+            into the run's workspace); a workflow without one starts from an empty folder.
+        workspaces: the folder runs' workspaces are made in (one per run, named after
+            it); ``None``: ``workspaces`` in the data directory.
     """
 
     store_url: str
@@ -91,6 +97,9 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int | None = None
     allowed_hosts: tuple[str, ...] = ()
+    workflows: Mapping[str, str] = field(default_factory=dict)
+    workflow_templates: Mapping[str, str] = field(default_factory=dict)
+    workspaces: str | None = None
 
     def __post_init__(self) -> None:
         if not self.toolsets:
@@ -107,6 +116,7 @@ class ServerConfig:
                 "--executor queue needs a PostgreSQL store (--db postgresql://...), the one "
                 f"the workers use; got {self.store_url!r}"
             )
+        _check_workflows(self)
         if self.token is not None and not self.token.strip():
             raise ConfigError("TASKDECOMP_API_TOKEN is empty; set a long random value or unset it")
         for name in self.allowed_hosts:
@@ -151,4 +161,34 @@ def parse_toolsets(pairs: tuple[str, ...]) -> dict[str, str]:
         if name in found:
             raise ConfigError(f"--tools names {name!r} twice; give each toolset its own name")
         found[name] = source
+    return found
+
+
+def _check_workflows(config: ServerConfig) -> None:
+    unknown = sorted(set(config.workflow_templates) - set(config.workflows))
+    if unknown:
+        raise ConfigError(
+            f"--workflow-template names {unknown[0]!r}, which no --workflow NAME=FILE registers"
+        )
+    if config.workflows and config.executor == "queue":
+        raise ConfigError(
+            "workflow runs execute in the server process; drop --workflow or --executor queue"
+        )
+
+
+def parse_pairs(option: str, pairs: tuple[str, ...]) -> dict[str, str]:
+    """``NAME=VALUE`` pairs given to ``option`` as a mapping.
+
+    Raises:
+        ConfigError: a pair has no ``=``, an empty side, or a name given twice.
+    """
+    found: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name or not value:
+            raise ConfigError(f"{option} {pair!r} is not NAME=VALUE")
+        if name in found:
+            raise ConfigError(f"{option} names {name!r} twice; give each its own name")
+        found[name] = value
     return found

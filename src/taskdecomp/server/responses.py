@@ -113,6 +113,56 @@ class Lease(_Out):
     """Unix time."""
 
 
+class WorkflowPhase(_Out):
+    """One phase of a workflow, with where a run stands at it."""
+
+    name: str
+    type: str | None
+    description: str
+    next: list[str]
+    runs: int | None = None
+    """How many phase runs it had (in a run's view)."""
+    state: Literal["current", "visited", "pending"] | None = None
+    """Where the run stands at it (in a run's view)."""
+
+
+class WorkflowState(_Out):
+    """Where a workflow run stands: its phases, their runs and its task list."""
+
+    name: str | None
+    """The name the server registers the workflow under; ``null`` if it does not."""
+    workflow: str
+    phase: str | None
+    """The phase the run is at."""
+    phases: list[WorkflowPhase]
+    history: list[dict[str, Json]]
+    """Every phase run, in order."""
+    in_flight: Json
+    tasks: list[dict[str, Json]] | None
+    status_fields: dict[str, Json]
+
+
+class Workflow(_Out):
+    """A workflow clients may run by name."""
+
+    name: str
+    workflow: str
+    """The workflow definition's own name."""
+    start: str
+    """Its first phase."""
+    phases: list[WorkflowPhase]
+    needs_tasks: bool
+    """Whether a run must be given a task list."""
+    template: bool
+    """Whether each run starts from the operator's template folder."""
+
+
+class WorkflowList(_Out):
+    """The workflows this server runs."""
+
+    workflows: list[Workflow]
+
+
 class RunView(_Out):
     """One run: the run result JSON plus what the store knows about it."""
 
@@ -156,6 +206,8 @@ class RunView(_Out):
     """The registered name of the run's toolset."""
     active: bool
     """Whether this server executes the run now."""
+    workflow: WorkflowState | None = None
+    """A workflow run's phases and tasks; ``null`` for other runs."""
 
 
 class RunSummary(_Out):

@@ -86,6 +86,8 @@ class RunService:
         self._listeners: dict[RunId, set[asyncio.Event]] = {}
         self._queue_client: Any = None
         self.closing = False
+        self.workflow_view: Callable[[StoredRun], dict[str, Any] | None] | None = None
+        """A workflow run's phases and tasks for :meth:`view` (set by the workflow routes)."""
 
     def listen(self, run_id: str) -> asyncio.Event:
         """An event set whenever run ``run_id`` emits one here (or the server shuts down).
@@ -147,6 +149,14 @@ class RunService:
             ),
         )
         return run_id
+
+    async def launch(self, run_id: RunId, start: Start) -> None:
+        """Start a run another entry point builds (a workflow run) the way :meth:`start` does.
+
+        Raises:
+            Problem: 503 while shutting down; 409 when the run executes here already.
+        """
+        await self._launch(run_id, start)
 
     async def _submit(
         self,
@@ -297,6 +307,7 @@ class RunService:
         data["status"] = self.status(stored.summary, stored)
         data["toolset"] = self._toolset_name(stored.tools)
         data["active"] = self.is_active(run_id)
+        data["workflow"] = self.workflow_view(stored) if self.workflow_view else None
         data.pop("tools", None)  # a file path on the server: the toolset's name says enough
         return data
 
@@ -440,9 +451,11 @@ class RunService:
             return tools
         return self._toolset_names.get(tools or "")
 
-    def _stored_parts(self, stored: StoredRun) -> tuple[Toolset, str]:
+    def _stored_parts(self, stored: StoredRun) -> tuple[Toolset | None, str]:
         name = self._toolset_name(stored.tools)
-        if name is None:
+        if stored.tools is None and stored.config.get("strategy") == "workflow":
+            pass  # a workflow run without a toolset: the workflow's own tools only
+        elif name is None:
             raise Problem(
                 409,
                 f"run {stored.run_id!r} was started with a toolset this server does not "
@@ -455,7 +468,7 @@ class RunService:
                 f"run {stored.run_id!r} was started with model {one_line(str(stored.model))!r}, "
                 f"which this server does not offer; start the server with --model for it",
             )
-        return self.toolsets[name], model
+        return self.toolsets[name] if name is not None else None, model
 
 
 def _summary(summary: RunSummary, status: str) -> dict[str, Any]:
