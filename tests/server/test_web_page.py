@@ -307,12 +307,20 @@ def test_each_run_and_plan_has_its_own_url(
         page.go_forward()
         page.wait_for_selector("#run-stop:not([hidden])")
 
+        page.set_viewport_size({"width": 400, "height": 860})
         page.click(f'#plans li[data-plan-id="{plan_id}"]')
         page.wait_for_function("id => location.hash === '#/plans/' + id", arg=str(plan_id))
         page.reload()
         page.wait_for_selector("#plan-view:not([hidden])")
         assert page.text_content("#plan-heading") == f"Plan #{plan_id}: Conference"
         page.wait_for_selector('#tree li[data-node-id="1"]')
+        assert page.evaluate(NO_OVERFLOW)
+        page.screenshot(path=str(tmp_path / "plan-400.png"), full_page=True)
+        page.go_back()  # to the run shown before the plan, at 400 px
+        page.wait_for_function("id => location.hash === '#/runs/' + id", arg=second)
+        page.wait_for_selector("#run-stop:not([hidden])")
+        assert page.is_hidden("#plan-view")
+        assert page.evaluate(NO_OVERFLOW)
 
 
 def test_approving_and_rejecting_from_the_page_under_taskdecomp_serve(

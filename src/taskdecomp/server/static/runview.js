@@ -72,7 +72,14 @@ function renderSteps(view, states) {
   for (const entry of view.history || []) results[entry.plan_step.id] = entry;
   const traces = {};
   for (const entry of view.trace || []) (traces[entry.step_id] = traces[entry.step_id] || []).push(entry);
+  // Drawn anew as the run goes on: what the reader opened stays open.
+  const opened = new Set([...document.querySelectorAll("#steps details[open]")].map(detailKey));
   $("steps").replaceChildren(...stepRows(view).map((step) => stepRow(step, states[step.id] || "pending", results[step.id], traces[step.id] || [])));
+  for (const details of document.querySelectorAll("#steps details")) details.open = opened.has(detailKey(details));
+}
+
+function detailKey(details) {
+  return details.closest("li").dataset.stepId + " " + details.className;
 }
 
 function stepRow(step, state, result, trace) {
