@@ -66,10 +66,13 @@ def browser_page(tmp_path: Path) -> Iterator[Any]:
         context.add_init_script(WATCH)
         page = context.new_page()
         page.set_default_timeout(30_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
         try:
             yield page
         finally:
             context.close()
+        assert errors == [], errors  # the page's scripts never threw
 
 
 def test_the_page_follows_runs_approvals_and_a_growing_tree(
@@ -351,9 +354,13 @@ def test_approving_and_rejecting_from_the_page_under_taskdecomp_serve(
         assert page.is_visible('#steps li[data-step-id="ship"] .result')
         assert "published report" in page.text_content('#steps li[data-step-id="ship"] .result')
 
+        page.set_viewport_size({"width": 400, "height": 860})
         page.fill("#goal", "another approval run")
         page.click("#start-run")
         page.wait_for_selector("#approval:not([hidden])")
+        page.wait_for_selector('#dag .node[data-step-id="ship"][data-state=waiting]')
+        assert page.evaluate(NO_OVERFLOW)
+        page.screenshot(path=str(tmp_path / "paused-400.png"), full_page=True)
         page.fill("#reject-reason", "not this week")
         page.click("#reject")
         page.wait_for_selector("#run-status[data-status=stopped]")
