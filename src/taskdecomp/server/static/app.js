@@ -151,8 +151,8 @@ async function loadRun(run) {
   notice("");
   run.view = view;
   renderRunHeader(view);
-  for (const entry of view.history) run.states[entry.plan_step.id] = "done";
   for (const entry of view.trace) if (!entry.ok) run.states[entry.step_id] = "failed";
+  for (const entry of view.history) run.states[entry.plan_step.id] = "done"; // a resume redid it
   const ids = (view.plan || []).map((s) => s.id).join(",");
   if (ids !== run.planIds) { run.planIds = ids; drawDag($("dag"), view.plan || [], run.states, pickStep); }
   renderApproval(view, run);
