@@ -374,3 +374,26 @@ def test_approving_and_rejecting_from_the_page_under_taskdecomp_serve(
     for post in posts:  # every POST the page makes is JSON, {} when there is nothing to say
         assert post["type"] == "application/json", post
         assert isinstance(json.loads(post["body"]), dict), post
+
+
+def test_older_runs_come_a_page_at_a_time_when_the_list_has_a_cursor(
+    config: Any, browser_page: Any
+) -> None:
+    page = browser_page
+    with Served(config) as server, server.client() as client:
+        run_ids = [
+            client.post("/runs", json={"goal": f"a dag run {n}", "toolset": "demo"}).json()[
+                "run_id"
+            ]
+            for n in range(55)
+        ]
+        if "next_cursor" not in client.get("/runs?limit=50").json():
+            pytest.skip("GET /runs pages by offset only: the page has no older runs to offer")
+        page.goto(server.url + "/")
+        page.wait_for_function("document.querySelectorAll('#runs li').length === 50")
+        assert page.query_selector(f'#runs li[data-run-id="{run_ids[0]}"]') is None
+        page.click("#older-runs")
+        page.wait_for_function("document.querySelectorAll('#runs li').length === 55")
+        assert page.is_hidden("#older-runs")  # no page left
+        page.click(f'#runs li[data-run-id="{run_ids[0]}"]')
+        page.wait_for_function("id => location.hash === '#/runs/' + id", arg=run_ids[0])
