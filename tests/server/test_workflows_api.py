@@ -348,6 +348,24 @@ def test_the_page_script_draws_a_real_runs_phases_and_tasks(
         assert (tmp_path / name).stat().st_size > 5000
 
 
+def test_the_served_page_draws_a_workflow_run_at_its_url(
+    served: Served, browser_page: Any
+) -> None:
+    with served.client() as client:
+        run_id = start(client).json()["run_id"]
+        run = wait_for(lambda: done(client, run_id), timeout=120)
+        other = client.post("/runs", json={"goal": "dag", "toolset": "demo"}).json()["run_id"]
+    page = browser_page
+    page.goto(f"{served.url}/#/runs/{run_id}")
+    page.wait_for_selector("#workflow li.wf-phase")
+    phases = page.eval_on_selector_all("#workflow li.wf-phase", "items => items.length")
+    assert phases == len(run["workflow"]["phases"])
+    rows = page.eval_on_selector_all("#workflow table.wf-tasks tbody tr", "rows => rows.length")
+    assert rows == 5
+    page.goto(f"{served.url}/#/runs/{other}")  # a run of no workflow: the box goes away
+    page.wait_for_function("document.getElementById('workflow').hidden")
+
+
 def test_a_workflow_run_this_server_does_not_register_shows_the_phases_it_went_through() -> None:
     from taskdecomp.server.workflowruns import shaped
 

@@ -161,7 +161,7 @@ async function loadRun(run) {
   renderSteps(view, run.states);
   renderStop(view);
   renderUsage(view);
-  renderWorkflow(view);
+  showWorkflow(view);
   $("answer").hidden = !view.answer;
   $("answer").textContent = view.answer || "";
   const resumable = view.status === "interrupted" || (view.status === "stopped" && ["cancelled", "max_seconds"].includes(view.stop_reason));
@@ -190,11 +190,10 @@ function renderApproval(view, run) {
   else for (const step of view.plan || []) if (run.states[step.id] !== "done") setState(step.id, "waiting");
 }
 
-// Workflow runs are drawn by workflow.js when the page has it.
-function renderWorkflow(view) {
-  const strategy = view.strategy || (view.config && view.config.strategy);
+// Workflow runs (their view has "workflow") are drawn by workflow.js's renderWorkflow.
+function showWorkflow(view) {
   const box = $("workflow");
-  const shown = strategy === "workflow" && typeof window.renderWorkflow === "function";
+  const shown = Boolean(view.workflow) && typeof window.renderWorkflow === "function";
   box.hidden = !shown;
   if (shown) window.renderWorkflow(box, view);
 }
