@@ -348,9 +348,7 @@ def test_the_page_script_draws_a_real_runs_phases_and_tasks(
         assert (tmp_path / name).stat().st_size > 5000
 
 
-def test_the_served_page_draws_a_workflow_run_at_its_url(
-    served: Served, browser_page: Any
-) -> None:
+def test_the_served_page_draws_a_workflow_run_at_its_url(served: Served, browser_page: Any) -> None:
     with served.client() as client:
         run_id = start(client).json()["run_id"]
         run = wait_for(lambda: done(client, run_id), timeout=120)
