@@ -189,8 +189,10 @@ def _plans(
         .scalar_subquery()
     )
     query = select(plan_trees.c.id, plan_trees.c.title, count).order_by(plan_trees.c.id.desc())
-    if before is not None:
-        query = query.where(plan_trees.c.id < min(before, _largest_id(conn) + 1))
+    if before is not None and before <= 1:
+        return []  # ids start at 1
+    if before is not None and before <= _largest_id(conn):  # above it: every id is below
+        query = query.where(plan_trees.c.id < before)
     if limit is not None:
         query = query.limit(limit)
     return [
