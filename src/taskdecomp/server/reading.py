@@ -19,7 +19,7 @@ import anyio.to_thread
 P = ParamSpec("P")
 T = TypeVar("T")
 
-READ_THREADS = 8
+READ_THREADS = 4
 """Reads of one service that run at once; more wait for one of them to end."""
 
 
