@@ -104,3 +104,36 @@ def test_list_plans(trees: TreeRepository) -> None:
     b = trees.create_plan("second", [])
     listed = trees.list_plans()
     assert listed[:2] == [(b.id, "second", 0), (a.id, "first", 1)]
+
+
+def test_plans_page_newest_first_by_id(trees: TreeRepository) -> None:
+    made = [trees.create_plan(f"plan {n}", [NewNode(name="R")] * (n % 3)).id for n in range(7)]
+    pages, before = [], None
+    while True:
+        plans, before = trees.page_plans(limit=3, before=before)
+        pages.append(plans)
+        if before is None:
+            break
+    assert [[plan_id for plan_id, _, _ in page] for page in pages] == [
+        made[6:3:-1],
+        made[3:0:-1],
+        made[:1],
+    ]
+    assert pages[0][0] == (made[6], "plan 6", 0) and pages[1][0] == (made[3], "plan 3", 0)
+    assert trees.page_plans(limit=7) == (trees.list_plans(), None)
+
+
+@pytest.mark.parametrize("given", [2**31, 2**63 - 1, 2**63, 10**20, -(2**63) - 1])
+def test_an_id_no_column_holds_names_no_plan_or_node(trees: TreeRepository, given: int) -> None:
+    plan = trees.create_plan("p", [NewNode(name="R")])
+    with pytest.raises(TreeNotFoundError, match=f"no plan tree has id {given}"):
+        trees.get_plan_tree(PlanTreeId(given))
+    with pytest.raises(TreeNotFoundError, match=f"no plan tree has id {given}"):
+        trees.write_children(PlanTreeId(given), None, [NewNode(name="C")])
+    with pytest.raises(TreeNotFoundError, match=f"no plan node has id {given}"):
+        trees.update_task(NodeId(given), name="x")
+    with pytest.raises(TreeNotFoundError, match=f"no plan node has id {given}"):
+        trees.write_children(plan.id, NodeId(given), [NewNode(name="C")])
+    assert trees.page_plans(limit=5, before=PlanTreeId(given)) == (
+        ([(plan.id, "p", 1)], None) if given > 0 else ([], None)
+    )

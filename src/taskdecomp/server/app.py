@@ -47,7 +47,6 @@ from taskdecomp.server.responses import (
     PlanTree,
     RunList,
     RunView,
-    Status,
     ToolsetList,
 )
 from taskdecomp.server.schemas import (
@@ -55,8 +54,10 @@ from taskdecomp.server.schemas import (
     ChatIn,
     NodeDecomposeIn,
     PlanIn,
+    PlansQuery,
     RejectIn,
     RunIn,
+    RunsQuery,
 )
 from taskdecomp.server.service import Service
 from taskdecomp.server.workflows import add_routes as add_workflow_routes
@@ -65,7 +66,7 @@ logger = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 
-RunPath = Annotated[str, PathParam(max_length=200, description="A run id.")]
+RunPath = Annotated[str, PathParam(description="A run id (an id no run has: 404).")]
 
 
 def create_app(service: Service) -> FastAPI:
@@ -155,21 +156,17 @@ def _run_routes(app: FastAPI, service: Service) -> None:
     @app.post("/runs", status_code=202, tags=["runs"], **returns(RunView, 409, 503))
     async def start_run(run: RunIn) -> dict[str, Any]:
         """Start a run in the background; 202 with the stored run."""
-        return runs.view(await runs.start(run))
+        return await runs.show(await runs.start(run))
 
     @app.get("/runs", tags=["runs"], **returns(RunList, 503))
-    async def list_runs(
-        status: Status | None = None,
-        limit: Annotated[int, Query(ge=1, le=500)] = 50,
-        offset: Annotated[int, Query(ge=0)] = 0,
-    ) -> dict[str, Any]:
-        """Stored runs, newest first, a page at a time."""
-        return runs.listing(status=status, limit=limit, offset=offset)
+    async def list_runs(query: Annotated[RunsQuery, Query()]) -> dict[str, Any]:
+        """Stored runs, newest first, a page at a time (next_cursor: the next page)."""
+        return await runs.listing(status=query.status, limit=query.limit, cursor=query.cursor)
 
     @app.get("/runs/{run_id}", tags=["runs"], **returns(RunView, 404, 503))
     async def get_run(run_id: RunPath) -> dict[str, Any]:
         """One stored run: status, plan, trace, history, answer, usage."""
-        return runs.view(run_id)
+        return await runs.show(run_id)
 
     @app.post(
         "/runs/{run_id}/resume", status_code=202, tags=["runs"], **returns(RunView, 404, 409, 503)
@@ -177,13 +174,13 @@ def _run_routes(app: FastAPI, service: Service) -> None:
     async def resume_run(run_id: RunPath) -> dict[str, Any]:
         """Continue an interrupted run (or one stopped on its deadline or cancelled)."""
         await runs.resume(run_id)
-        return runs.view(run_id)
+        return await runs.show(run_id)
 
     @app.post("/runs/{run_id}/cancel", tags=["runs"], **returns(RunView, 404, 409, 503))
     async def cancel_run(run_id: RunPath) -> dict[str, Any]:
         """Cancel a run executing here or queued; it is stored as cancelled (resumable)."""
         await runs.cancel(run_id)
-        return runs.view(run_id)
+        return await runs.show(run_id)
 
     @app.post(
         "/runs/{run_id}/approve", status_code=202, tags=["runs"], **returns(RunView, 404, 409, 503)
@@ -193,13 +190,13 @@ def _run_routes(app: FastAPI, service: Service) -> None:
     ) -> dict[str, Any]:
         """Approve what a paused run waits for (optionally with an edited plan); it goes on."""
         await runs.approve(run_id, approval.plan if approval is not None else None)
-        return runs.view(run_id)
+        return await runs.show(run_id)
 
     @app.post("/runs/{run_id}/reject", tags=["runs"], **returns(RunView, 404, 409, 503))
     async def reject_run(run_id: RunPath, rejection: RejectIn) -> dict[str, Any]:
         """End a paused run with approval_rejected."""
         await runs.reject(run_id, rejection.reason)
-        return runs.view(run_id)
+        return await runs.show(run_id)
 
     @app.get(
         "/runs/{run_id}/events",
@@ -240,19 +237,19 @@ def _plan_routes(app: FastAPI, service: Service) -> None:
         tree, job = plans.create(
             plan.title, plan.instruction, auto=plan.auto_decompose, options=plan.options
         )
-        data = plans.tree(tree.id)
+        data = await plans.show(tree.id)
         data["job"] = job.to_dict() if job is not None else None
         return JSONResponse(data, status_code=201 if job is None else 202)
 
     @app.get("/plans", tags=["plans"], **returns(PlanList, 503))
-    async def list_plans() -> dict[str, Any]:
-        """Every stored plan tree, newest first."""
-        return {"plans": plans.listing()}
+    async def list_plans(query: Annotated[PlansQuery, Query()]) -> dict[str, Any]:
+        """Stored plan trees, newest first, a page at a time (next_cursor: the next page)."""
+        return await plans.listing(limit=query.limit, cursor=query.cursor)
 
     @app.get("/plans/{plan_id}/tree", tags=["plans"], **returns(PlanTree, 404, 503))
     async def plan_tree(plan_id: int) -> dict[str, Any]:
         """A plan tree with its nodes (walk order, with depth) and its decompositions."""
-        return plans.tree(plan_id)
+        return await plans.show(plan_id)
 
     @app.post(
         "/plans/{plan_id}/decompose",

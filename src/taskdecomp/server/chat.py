@@ -155,12 +155,12 @@ class ChatAgent:
         )
         made = f"Created plan #{tree.id} {args.title!r}."
         if job is None:
-            return made, plans.tree(tree.id)
+            return made, await plans.show(tree.id)
         return f"{made} {await self._finished(job)}", job.to_dict()
 
     async def _get_plan(self, args: Any) -> Outcome:
         assert isinstance(args, GetPlanArgs)
-        tree = self.service.plans.tree(args.plan_id)
+        tree = await self.service.plans.show(args.plan_id)
         return f"Plan #{args.plan_id} {tree['title']!r} has {len(tree['nodes'])} nodes.", tree
 
     async def _decompose_task(self, args: Any) -> Outcome:
@@ -181,7 +181,7 @@ class ChatAgent:
 
     async def _get_run(self, args: Any) -> Outcome:
         assert isinstance(args, RunRefArgs)
-        view = self.service.runs.view(args.run_id)
+        view = await self.service.runs.show(args.run_id)
         said = f"Run {args.run_id} is {view['status']}"
         if view.get("stop_reason"):
             said += f" ({view['stop_reason']})"
@@ -192,17 +192,17 @@ class ChatAgent:
     async def _cancel_run(self, args: Any) -> Outcome:
         assert isinstance(args, RunRefArgs)
         await self.service.runs.cancel(args.run_id)
-        return f"Cancelled run {args.run_id}.", self.service.runs.view(args.run_id)
+        return f"Cancelled run {args.run_id}.", await self.service.runs.show(args.run_id)
 
     async def _approve_run(self, args: Any) -> Outcome:
         assert isinstance(args, RunRefArgs)
         await self.service.runs.approve(args.run_id, None)
-        return f"Approved run {args.run_id}; it goes on.", self.service.runs.view(args.run_id)
+        return f"Approved run {args.run_id}; it goes on.", await self.service.runs.show(args.run_id)
 
     async def _reject_run(self, args: Any) -> Outcome:
         assert isinstance(args, RejectRunArgs)
         await self.service.runs.reject(args.run_id, args.reason)
-        return f"Rejected run {args.run_id}.", self.service.runs.view(args.run_id)
+        return f"Rejected run {args.run_id}.", await self.service.runs.show(args.run_id)
 
     async def _finished(self, job: Job) -> str:
         try:

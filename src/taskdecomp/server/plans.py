@@ -19,8 +19,10 @@ from typing import Any, Literal
 
 from taskdecomp.decomposition import DecompOptions, DecompositionResult
 from taskdecomp.models import resolve_model
+from taskdecomp.server import paging
 from taskdecomp.server.config import ServerConfig
 from taskdecomp.server.problems import Problem, one_line
+from taskdecomp.server.reading import Reads
 from taskdecomp.server.schemas import DecompIn
 from taskdecomp.store.trees import TreeRepository
 from taskdecomp.strategies.decompose import PlanDecomposer
@@ -71,11 +73,16 @@ class PlanService:
     Args:
         config: the operator's choices (the decomposer's model and defaults).
         repository: where plan trees are stored.
+        reads: the threads store reads run on (shared with the rest of the service).
     """
 
-    def __init__(self, config: ServerConfig, repository: TreeRepository) -> None:
+    def __init__(
+        self, config: ServerConfig, repository: TreeRepository, *, reads: Reads | None = None
+    ) -> None:
         self.config = config
         self.repository = repository
+        self.reads = reads or Reads()
+        """Where the routes' store reads run: off the event loop."""
         self.model = config.decomp_model or config.models[0]
         self._jobs: dict[PlanTreeId, list[Job]] = {}
         self._ids = itertools.count(1)
@@ -129,7 +136,7 @@ class PlanService:
         return list(self._jobs.get(PlanTreeId(plan_id), ()))
 
     def tree(self, plan_id: int) -> dict[str, Any]:
-        """A plan tree as JSON, with its decompositions.
+        """A plan tree as JSON, with its decompositions (a blocking read: see :meth:`show`).
 
         Raises:
             TreeNotFoundError: no plan has this id (404).
@@ -138,12 +145,39 @@ class PlanService:
         data["jobs"] = [job.to_dict() for job in self.jobs(plan_id)]
         return data
 
-    def listing(self) -> list[dict[str, Any]]:
-        """Every plan: id, title, node count and whether a decomposition runs, newest first."""
-        return [
-            {"id": plan_id, "title": title, "nodes": count, "decomposing": self._busy(plan_id)}
-            for plan_id, title, count in self.repository.list_plans()
-        ]
+    async def show(self, plan_id: int) -> dict[str, Any]:
+        """:meth:`tree`, the tree read on a worker thread (the event loop goes on meanwhile).
+
+        Raises:
+            TreeNotFoundError: no plan has this id (404).
+        """
+        data = await self.reads(_tree_data, self.repository, PlanTreeId(plan_id))
+        data["jobs"] = [job.to_dict() for job in self.jobs(plan_id)]
+        return data
+
+    async def listing(self, *, limit: int, cursor: str | None) -> dict[str, Any]:
+        """A page of plans, newest first: id, title, node count and whether one decomposes.
+
+        Read in SQL a page at a time (a keyset on the id), on a worker thread; the answer
+        holds the cursor of the next page, ``None`` on the last one.
+
+        Raises:
+            Problem: 422 for a cursor this server did not give.
+        """
+        before = paging.plan_key(cursor)
+        plans, following = await self.reads(
+            self.repository.page_plans,
+            limit=limit,
+            before=None if before is None else PlanTreeId(before),
+        )
+        return {
+            "plans": [
+                {"id": plan_id, "title": title, "nodes": count, "decomposing": self._busy(plan_id)}
+                for plan_id, title, count in plans
+            ],
+            "next_cursor": paging.plan_cursor(following),
+            "limit": limit,
+        }
 
     async def wait(self, job: Job) -> Job:
         """``job`` once it has ended."""
@@ -186,15 +220,18 @@ class PlanService:
         return any(job.state == "running" for job in self._jobs.get(PlanTreeId(plan_id), ()))
 
     def _options(self, given: DecompIn | None) -> DecompOptions:
-        changes = given.model_dump(exclude_unset=True) if given is not None else {}
         try:
-            return dataclasses.replace(self.config.decomp, **changes)
+            return dataclasses.replace(self.config.decomp, **(given or {}))
         except ValueError as exc:
             raise Problem(422, f"decomposition options refused: {exc}") from None
 
     def _open(self) -> None:
         if self.closing:
             raise Problem(503, "the server is shutting down; try again when it is back")
+
+
+def _tree_data(repository: TreeRepository, plan_id: PlanTreeId) -> dict[str, Any]:
+    return repository.get_plan_tree(plan_id).to_dict()
 
 
 def _ended(job: Job, task: asyncio.Task[DecompositionResult]) -> None:

@@ -230,12 +230,9 @@ class RunList(_Out):
     """A page of runs, newest first."""
 
     runs: list[RunSummary]
-    total: int
-    """Runs that match, on every page."""
-    offset: int
+    next_cursor: str | None
+    """Pass it as ``cursor`` for the next page; ``null`` on the last page."""
     limit: int
-    next_cursor: str | None = None
-    """Where the next page starts, when there is one."""
 
 
 class NodeContext(_Out):
@@ -331,8 +328,9 @@ class PlanList(_Out):
     """Plan trees, newest first."""
 
     plans: list[PlanSummary]
-    next_cursor: str | None = None
-    """Where the next page starts, when there is one."""
+    next_cursor: str | None
+    """Pass it as ``cursor`` for the next page; ``null`` on the last page."""
+    limit: int
 
 
 class ChatAction(_Out):

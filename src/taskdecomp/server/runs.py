@@ -26,10 +26,12 @@ from taskdecomp.errors import ConfigError
 from taskdecomp.events import Event, Subscriber
 from taskdecomp.models import Model, names_file, resolve_model
 from taskdecomp.run import RunId, RunResult, new_run_id
+from taskdecomp.server import paging
 from taskdecomp.server.config import ServerConfig
 from taskdecomp.server.problems import Problem, one_line
-from taskdecomp.server.schemas import BudgetIn, RunIn
-from taskdecomp.store import RunSummary, SqlStore, StoredRun
+from taskdecomp.server.reading import Reads
+from taskdecomp.server.schemas import BudgetIn, RunIn, RunStatus
+from taskdecomp.store import RunState, RunSummary, SqlStore, StoredRun
 from taskdecomp.strategies import registry
 from taskdecomp.tools import Toolset
 
@@ -69,11 +71,21 @@ class RunService:
         config: the operator's choices.
         store: the run store.
         toolsets: the registered toolsets, loaded.
+        reads: the threads store reads run on (shared with the rest of the service).
     """
 
-    def __init__(self, config: ServerConfig, store: SqlStore, toolsets: Mapping[str, Toolset]):
+    def __init__(
+        self,
+        config: ServerConfig,
+        store: SqlStore,
+        toolsets: Mapping[str, Toolset],
+        *,
+        reads: Reads | None = None,
+    ):
         self.config = config
         self.store = store
+        self.reads = reads or Reads()
+        """Where the routes' store reads run: off the event loop."""
         self.env = Environment(
             store=store, lease_seconds=config.lease_seconds, durability=config.durability
         )
@@ -292,11 +304,10 @@ class RunService:
         if stored is None:
             stored = self.store.load_run(summary.run_id)
         lease = stored.lease
-        alive = lease is not None and lease.expires_at > self.store.now()
-        return "running" if alive else "interrupted"
+        return _shown(summary, leased=lease is not None and lease.expires_at > self.store.now())
 
     def view(self, run_id: str) -> dict[str, Any]:
-        """The stored run as the API shows it.
+        """The stored run as the API shows it (a blocking read: see :meth:`show`).
 
         Raises:
             RunNotFoundError: no run has this id (404).
@@ -311,17 +322,39 @@ class RunService:
         data.pop("tools", None)  # a file path on the server: the toolset's name says enough
         return data
 
-    def listing(self, *, status: str | None, limit: int, offset: int) -> dict[str, Any]:
-        """A page of runs, newest first, optionally only those with ``status``."""
-        rows = []
-        for summary in self.store.list_runs():
-            shown = self.status(summary)
-            if status is None or shown == status:
-                rows.append(_summary(summary, shown))
+    async def show(self, run_id: str) -> dict[str, Any]:
+        """:meth:`view`, read on a worker thread (the event loop goes on meanwhile).
+
+        Raises:
+            RunNotFoundError: no run has this id (404).
+        """
+        return await self.reads(self.view, run_id)
+
+    async def listing(
+        self, *, status: RunStatus | None, limit: int, cursor: str | None
+    ) -> dict[str, Any]:
+        """A page of runs, newest first, optionally only those with ``status``.
+
+        Filtered and cut in SQL (:meth:`SqlStore.page_runs`) on a worker thread; the answer
+        holds the cursor of the next page, ``None`` on the last one.
+
+        Raises:
+            Problem: 422 for a cursor this server did not give.
+        """
+        stored, leased = _filter(status)
+        page = await self.reads(
+            self.store.page_runs,
+            limit=limit,
+            after=paging.run_key(cursor),
+            status=stored,
+            leased=leased,
+            held=frozenset(self._active),  # taken here: the loop changes it
+        )
         return {
-            "runs": rows[offset : offset + limit],
-            "total": len(rows),
-            "offset": offset,
+            "runs": [
+                _summary(run.summary, _shown(run.summary, leased=run.leased)) for run in page.runs
+            ],
+            "next_cursor": paging.run_cursor(page.next),
             "limit": limit,
         }
 
@@ -439,9 +472,8 @@ class RunService:
         return allow
 
     def _budget(self, given: BudgetIn | None) -> Budget:
-        changes = given.model_dump(exclude_unset=True) if given is not None else {}
         try:
-            return dataclasses.replace(self.config.budget, **changes)
+            return dataclasses.replace(self.config.budget, **(given or {}))
         except ValueError as exc:
             raise Problem(422, f"budget refused: {exc}") from None
 
@@ -469,6 +501,24 @@ class RunService:
                 f"which this server does not offer; start the server with --model for it",
             )
         return self.toolsets[name] if name is not None else None, model
+
+
+def _filter(status: RunStatus | None) -> tuple[RunState | None, bool | None]:
+    """The stored status and lease (held or not) of the runs the API shows as ``status``."""
+    match status:
+        case "running":
+            return "running", True
+        case "interrupted":
+            return "running", False
+        case _:
+            return status, None
+
+
+def _shown(summary: RunSummary, *, leased: bool) -> str:
+    """The API's status of a run: a stored ``running`` run nobody holds is interrupted."""
+    if summary.status != "running":
+        return summary.status
+    return "running" if leased else "interrupted"
 
 
 def _summary(summary: RunSummary, status: str) -> dict[str, Any]:

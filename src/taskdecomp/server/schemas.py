@@ -1,10 +1,16 @@
-"""Request bodies: pydantic models at the HTTP edge, unknown keys refused."""
+"""Request bodies and query strings: pydantic models at the HTTP edge, unknown keys refused.
+
+Limits a request may leave out (a budget, a decomposition's options) are typed dictionaries:
+a field is there with a value of its type, or absent (the server's default). ``null`` is
+refused (422), never taken as "no limit".
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, with_config
+from typing_extensions import TypedDict
 
 Text = Field(min_length=1, max_length=20_000)
 
@@ -13,17 +19,18 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class BudgetIn(_Body):
+@with_config(ConfigDict(extra="forbid"))
+class BudgetIn(TypedDict, total=False):
     """Limits of one run; a missing field keeps the server's default."""
 
-    max_plan_steps: int | None = Field(default=None, ge=1, le=1000)
-    max_execute_steps: int | None = Field(default=None, ge=1, le=10_000)
-    max_tool_calls: int | None = Field(default=None, ge=1, le=10_000)
-    max_seconds: float | None = Field(default=None, gt=0, le=86_400)
-    max_llm_calls: int | None = Field(default=None, ge=0)
-    max_tokens: int | None = Field(default=None, ge=0)
-    max_cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    max_parallel: int | None = Field(default=None, ge=1, le=64)
+    max_plan_steps: Annotated[int, Field(ge=1, le=1000)]
+    max_execute_steps: Annotated[int, Field(ge=1, le=10_000)]
+    max_tool_calls: Annotated[int, Field(ge=1, le=10_000)]
+    max_seconds: Annotated[float, Field(gt=0, le=86_400)]
+    max_llm_calls: Annotated[int, Field(ge=0)]
+    max_tokens: Annotated[int, Field(ge=0)]
+    max_cost_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    max_parallel: Annotated[int, Field(ge=1, le=64)]
 
 
 class ReplanIn(_Body):
@@ -87,15 +94,16 @@ class RejectIn(_Body):
     reason: str = Field(min_length=1, max_length=2000)
 
 
-class DecompIn(_Body):
+@with_config(ConfigDict(extra="forbid"))
+class DecompIn(TypedDict, total=False):
     """Budgets of one decomposition; a missing field keeps the server's default."""
 
-    max_depth: int | None = Field(default=None, ge=1, le=10)
-    max_children: int | None = Field(default=None, ge=1, le=50)
-    total_node_budget: int | None = Field(default=None, ge=1, le=1000)
-    retry_limit: int | None = Field(default=None, ge=0, le=5)
-    concurrency: int | None = Field(default=None, ge=1, le=32)
-    max_seconds: float | None = Field(default=None, gt=0, le=3600)
+    max_depth: Annotated[int, Field(ge=1, le=10)]
+    max_children: Annotated[int, Field(ge=1, le=50)]
+    total_node_budget: Annotated[int, Field(ge=1, le=1000)]
+    retry_limit: Annotated[int, Field(ge=0, le=5)]
+    concurrency: Annotated[int, Field(ge=1, le=32)]
+    max_seconds: Annotated[float, Field(gt=0, le=3600)]
 
 
 class PlanIn(_Body):
@@ -122,3 +130,30 @@ class ChatIn(_Body):
 
     message: str = Field(min_length=1, max_length=20_000)
     conversation_id: str | None = Field(default=None, min_length=1, max_length=100)
+
+
+RunStatus = Literal["queued", "running", "interrupted", "paused", "ok", "stopped"]
+"""The statuses the API shows (:data:`taskdecomp.server.runs.STATUSES`)."""
+
+Limit = Field(default=50, ge=1, le=500, description="The most items a page holds.")
+Cursor = Field(
+    default=None,
+    min_length=1,
+    max_length=1000,
+    description="The previous page's next_cursor; leave it out for the first page.",
+)
+
+
+class RunsQuery(_Body):
+    """``GET /runs``: a page of runs, newest first."""
+
+    status: RunStatus | None = Field(default=None, description="Only runs with this status.")
+    limit: int = Limit
+    cursor: str | None = Cursor
+
+
+class PlansQuery(_Body):
+    """``GET /plans``: a page of plan trees, newest first."""
+
+    limit: int = Limit
+    cursor: str | None = Cursor

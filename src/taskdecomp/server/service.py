@@ -10,6 +10,7 @@ from taskdecomp.errors import ConfigError
 from taskdecomp.models import connects, resolve_model
 from taskdecomp.server.config import ServerConfig
 from taskdecomp.server.plans import PlanService
+from taskdecomp.server.reading import Reads
 from taskdecomp.server.runs import RunService
 from taskdecomp.store import SqlStore, open_store
 from taskdecomp.store.trees import TreeRepository
@@ -78,8 +79,9 @@ def open_service(config: ServerConfig) -> Service:
     try:
         from taskdecomp.server.chat import ChatAgent
 
-        runs = RunService(config, store, toolsets)
-        plans = PlanService(config, TreeRepository(store))
+        reads = Reads()
+        runs = RunService(config, store, toolsets, reads=reads)
+        plans = PlanService(config, TreeRepository(store), reads=reads)
         service = Service(config=config, store=store, runs=runs, plans=plans)
         if config.chat_model is not None:
             chat = resolve_model(config.chat_model, connection=config.connection)

@@ -100,7 +100,7 @@ def add_routes(app: FastAPI, service: Service) -> WorkflowRuns:
             tasks=given.tasks,
             toolset=given.toolset,
             model=given.model,
-            budget=given.budget.model_dump(exclude_unset=True) if given.budget else {},
+            budget=dict(given.budget or {}),
             options=given.options.model_dump(exclude_unset=True) if given.options else {},
         )
         return service.runs.view(await workflows.start(name, request))

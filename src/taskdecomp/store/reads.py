@@ -73,7 +73,7 @@ def load_run(conn: Connection, run_id: RunId, *, store: str) -> StoredRun:
     plan = _plan(conn, key, where)
     outcome = _mapping(row.result, f"{where}: runs.result") if row.result is not None else {}
     return StoredRun(
-        summary=_summary(row),
+        summary=summary(row),
         model=decode_optional_text(row.model, where=f"{where}: runs.model"),
         tools=decode_optional_text(row.tools, where=f"{where}: runs.tools"),
         config=_mapping(row.config, f"{where}: runs.config"),
@@ -122,7 +122,7 @@ def list_runs(conn: Connection, *, limit: int | None) -> list[RunSummary]:
     ).order_by(runs.c.started_at.desc(), runs.c.id.desc())
     if limit is not None:
         query = query.limit(limit)
-    return [_summary(row) for row in conn.execute(query)]
+    return [summary(row) for row in conn.execute(query)]
 
 
 def load_events(conn: Connection, run_id: RunId) -> list[EventRecord]:
@@ -137,7 +137,8 @@ def load_events(conn: Connection, run_id: RunId) -> list[EventRecord]:
     ]
 
 
-def _summary(row: AnyRow) -> RunSummary:
+def summary(row: AnyRow) -> RunSummary:
+    """The summary in a ``runs`` row (its id, goal, status, stop reason and times)."""
     run_id = RunId(decode_text(row.id, where="runs.id"))
     where = f"run {run_id!r}: runs"
     reason = decode_optional_text(row.stop_reason, where=f"{where}.stop_reason")

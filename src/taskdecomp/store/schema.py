@@ -78,7 +78,9 @@ runs = Table(
     # version 4: the strategy's checkpointed state, and the run's approvals
     Column("state", Text),
     Column("approvals", Text),
-    Index("ix_runs_started_at", "started_at"),
+    # version 6: the run list's keyset, whole and by status (see taskdecomp.store.listing)
+    Index("ix_runs_started_id", "started_at", "id"),
+    Index("ix_runs_status_started_id", "status", "started_at", "id"),
 )
 
 LEASE_COLUMNS = ("lease_owner", "lease_epoch", "lease_heartbeat_at", "lease_expires_at")
@@ -202,6 +204,13 @@ def _v5_queued_runs(conn: Connection) -> None:
     queued_runs.create(conn)
 
 
+def _v6_run_list_indexes(conn: Connection) -> None:
+    # (started_at, id) orders the list as its keyset does, so it replaces version 1's index
+    for index in sorted(runs.indexes, key=lambda index: str(index.name)):
+        index.create(conn, checkfirst=True)
+    conn.execute(text("DROP INDEX IF EXISTS ix_runs_started_at"))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Migration:
     """One schema change."""
@@ -217,6 +226,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(version=3, name="run leases: one owner per run", apply=_v3_run_leases),
     Migration(version=4, name="strategy state and approvals of a run", apply=_v4_run_state),
     Migration(version=5, name="runs submitted to a queue", apply=_v5_queued_runs),
+    Migration(version=6, name="indexes of the paged run list", apply=_v6_run_list_indexes),
 )
 """Every migration, oldest first. Append only."""
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -48,7 +48,7 @@ from taskdecomp.budget import Usage
 from taskdecomp.errors import StoreConfigError, StoreError
 from taskdecomp.plan import Plan
 from taskdecomp.run import HistoryEntry, RunId, RunResult
-from taskdecomp.store import bulk, leases, reads, rows, schema
+from taskdecomp.store import bulk, leases, listing, reads, rows, schema
 from taskdecomp.store import queue as queues
 from taskdecomp.store.base import (
     DEFAULT_LEASE_SECONDS,
@@ -57,10 +57,12 @@ from taskdecomp.store.base import (
     EventRecord,
     Lease,
     NewRun,
+    RunState,
     RunSummary,
     StoredRun,
 )
 from taskdecomp.store.codec import encode_json
+from taskdecomp.store.listing import RunKey, RunPage
 from taskdecomp.store.reads import EventPage
 
 _BEGIN = "taskdecomp_sqlite_begin"
@@ -708,6 +710,27 @@ class SqlStore:
         """Stored runs, newest first, at most ``limit`` of them (all when ``None``)."""
         with self.read() as conn:
             return reads.list_runs(conn, limit=limit)
+
+    def page_runs(
+        self,
+        *,
+        limit: int,
+        after: RunKey | None = None,
+        status: RunState | None = None,
+        leased: bool | None = None,
+        held: Collection[RunId] = (),
+    ) -> RunPage:
+        """A page of the run list, newest first, filtered in SQL (see :mod:`.listing`).
+
+        ``held`` names runs to count as leased whatever their lease says (those the
+        caller executes); leases expire on :attr:`now`.
+        """
+        keys = [rows.key(run_id) for run_id in held]
+        with self.read() as conn:
+            return listing.page_runs(
+                conn, limit=limit, after=after, status=status, leased=leased, held=keys,
+                now=self.now(),
+            )  # fmt: skip
 
     def load_events(self, run_id: RunId) -> list[EventRecord]:
         """A run's stored events, in order."""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic import TypeAdapter
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, Select, delete, func, insert, select, update
 from sqlalchemy.engine import Row
 
 from taskdecomp.errors import TreeNotFoundError
@@ -22,6 +22,11 @@ from taskdecomp.store.codec import decode_as, decode_text, encode_json, encode_t
 from taskdecomp.store.schema import plan_nodes, plan_trees
 from taskdecomp.store.sql import SqlStore
 from taskdecomp.tree import NewNode, NodeContext, NodeId, PlanNode, PlanTree, PlanTreeId
+
+_PG_INTEGER = 2**31 - 1
+"""PostgreSQL's ``integer``: the plan tables' ids (``SERIAL``)."""
+_SQLITE_INTEGER = 2**63 - 1
+"""SQLite's ``INTEGER``."""
 
 _DEPENDENCIES: TypeAdapter[tuple[int, ...]] = TypeAdapter(tuple[int, ...])
 _CONTEXT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
@@ -116,18 +121,24 @@ class TreeRepository:
 
     def list_plans(self) -> list[tuple[PlanTreeId, str, int]]:
         """Every plan: id, title and node count, newest first."""
-        count = (
-            select(func.count())
-            .select_from(plan_nodes)
-            .where(plan_nodes.c.plan_id == plan_trees.c.id)
-            .scalar_subquery()
-        )
-        query = select(plan_trees.c.id, plan_trees.c.title, count).order_by(plan_trees.c.id.desc())
         with self.store.read() as conn:
-            return [
-                (PlanTreeId(row[0]), decode_text(row[1], where="plan title"), int(row[2]))
-                for row in conn.execute(query)
-            ]
+            return _plans(conn, limit=None, before=None)
+
+    def page_plans(
+        self, *, limit: int, before: PlanTreeId | None = None
+    ) -> tuple[list[tuple[PlanTreeId, str, int]], PlanTreeId | None]:
+        """At most ``limit`` plans with an id below ``before``, newest first (a keyset on id).
+
+        Returns:
+            The plans (id, title, node count), and the ``before`` of the next page: ``None``
+            when this page is the last.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        with self.store.read() as conn:
+            plans = _plans(conn, limit=limit + 1, before=before)
+        more = len(plans) > limit
+        return plans[:limit], plans[limit - 1][0] if more else None
 
     def _insert(
         self,
@@ -168,6 +179,44 @@ class TreeRepository:
         return self.store.now()
 
 
+def _plans(
+    conn: Connection, *, limit: int | None, before: PlanTreeId | None
+) -> list[tuple[PlanTreeId, str, int]]:
+    count = (
+        select(func.count())
+        .select_from(plan_nodes)
+        .where(plan_nodes.c.plan_id == plan_trees.c.id)
+        .scalar_subquery()
+    )
+    query = select(plan_trees.c.id, plan_trees.c.title, count).order_by(plan_trees.c.id.desc())
+    if before is not None and before <= 1:
+        return []  # ids start at 1
+    if before is not None and before <= _largest_id(conn):  # above it: every id is below
+        query = query.where(plan_trees.c.id < before)
+    if limit is not None:
+        query = query.limit(limit)
+    return [
+        (PlanTreeId(row[0]), decode_text(row[1], where="plan title"), int(row[2]))
+        for row in conn.execute(query)
+    ]
+
+
+def _largest_id(conn: Connection) -> int:
+    """The largest id the plan tables' ``INTEGER`` columns hold on this backend."""
+    return _PG_INTEGER if conn.dialect.name == "postgresql" else _SQLITE_INTEGER
+
+
+def _by_id(conn: Connection, query: Select[Any], given: int) -> Row[Any] | None:
+    """The first row of ``query`` for id ``given``, ``None`` when there is none.
+
+    An id that does not fit the id columns names nothing: the database is not asked (it
+    would refuse to compare it).
+    """
+    if not 0 <= given <= _largest_id(conn):
+        return None
+    return conn.execute(query).first()
+
+
 def _inserted_id(result: Any) -> int:
     key = result.inserted_primary_key
     assert key is not None  # a single-row insert always has one
@@ -185,7 +234,7 @@ def _node_row(node: NewNode) -> dict[str, Any]:
 
 
 def _check_parent(conn: Connection, plan_id: PlanTreeId, parent_id: NodeId | None) -> None:
-    found = conn.execute(select(plan_trees.c.id).where(plan_trees.c.id == plan_id)).first()
+    found = _by_id(conn, select(plan_trees.c.id).where(plan_trees.c.id == plan_id), plan_id)
     if found is None:
         raise TreeNotFoundError(f"no plan tree has id {plan_id!r}; `taskdecomp tree` lists them")
     if parent_id is not None and _plan_of(conn, parent_id) != plan_id:
@@ -193,7 +242,7 @@ def _check_parent(conn: Connection, plan_id: PlanTreeId, parent_id: NodeId | Non
 
 
 def _plan_of(conn: Connection, node_id: NodeId) -> PlanTreeId:
-    row = conn.execute(select(plan_nodes.c.plan_id).where(plan_nodes.c.id == node_id)).first()
+    row = _by_id(conn, select(plan_nodes.c.plan_id).where(plan_nodes.c.id == node_id), node_id)
     if row is None:
         raise TreeNotFoundError(f"no plan node has id {node_id!r}")
     return PlanTreeId(int(row[0]))
@@ -221,7 +270,7 @@ def _next_position(conn: Connection, plan_id: PlanTreeId, parent_id: NodeId | No
 
 
 def _load(conn: Connection, plan_id: PlanTreeId) -> PlanTree:
-    head = conn.execute(select(plan_trees).where(plan_trees.c.id == plan_id)).first()
+    head = _by_id(conn, select(plan_trees).where(plan_trees.c.id == plan_id), plan_id)
     if head is None:
         raise TreeNotFoundError(f"no plan tree has id {plan_id!r}; `taskdecomp tree` lists them")
     query = select(plan_nodes).where(plan_nodes.c.plan_id == plan_id).order_by(plan_nodes.c.id)
