@@ -70,7 +70,16 @@ class StoreConfigError(StoreError, ConfigError):
 
 
 class RunNotFoundError(StoreConfigError):
-    """No stored run has the given id."""
+    """No stored run has the given id.
+
+    Args:
+        message: names the run and, for the command line, the store.
+        run_id: the id no run has, when known (a service names only it).
+    """
+
+    def __init__(self, message: str, *, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class StoreValueError(StoreError):

@@ -178,6 +178,7 @@ def test_every_error_is_a_problem_document(served: Served) -> None:
             problem = response.json()
             assert problem["status"] == status and text in problem["detail"], problem
             assert "Traceback" not in response.text
+            assert "runs.db" not in response.text  # the store's file is the server's business
         assert client.get("/runs").json()["runs"] == []  # nothing refused was stored
 
 

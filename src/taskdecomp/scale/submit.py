@@ -124,7 +124,9 @@ def cancel(run_id: str, *, store: SqlStore) -> Cancelled:
     """
     status = store.request_cancel(RunId(run_id))
     if status is None:
-        raise RunNotFoundError(f"no run {run_id!r} in the store; `taskdecomp runs` lists them")
+        raise RunNotFoundError(
+            f"no run {run_id!r} in the store; `taskdecomp runs` lists them", run_id=run_id
+        )
     if status == "unqueued":
         raise ConfigError(
             f"run {run_id!r} was not submitted to a queue: it runs in the process that "

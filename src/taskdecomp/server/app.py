@@ -36,7 +36,7 @@ from taskdecomp.server.openapi import (
     returns,
 )
 from taskdecomp.server.origin import SameOrigin
-from taskdecomp.server.problems import MEDIA_TYPE, Problem, body, status_of
+from taskdecomp.server.problems import MEDIA_TYPE, Problem, body, detail_of, status_of
 from taskdecomp.server.responses import (
     ChatTurn,
     DecompositionJob,
@@ -128,7 +128,10 @@ def _errors(app: FastAPI) -> None:
 
     @app.exception_handler(TaskdecompError)
     async def on_error(_request: Request, exc: TaskdecompError) -> Response:
-        return problem(status_of(exc), str(exc))
+        status = status_of(exc)
+        if status >= 500:
+            logger.warning("request failed: %s: %s", type(exc).__name__, exc)
+        return problem(status, detail_of(exc))
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(_request: Request, exc: RequestValidationError) -> Response:

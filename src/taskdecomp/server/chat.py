@@ -30,7 +30,7 @@ from taskdecomp.server.actions import (
     StartRunArgs,
 )
 from taskdecomp.server.plans import Job
-from taskdecomp.server.problems import Problem, one_line
+from taskdecomp.server.problems import Problem, detail_of, one_line
 from taskdecomp.server.schemas import RunIn
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class ChatAgent:
         try:
             message, result = await self._handlers[item.action](item.args)
         except (Problem, TaskdecompError) as exc:
-            text = exc.detail if isinstance(exc, Problem) else str(exc)
+            text = exc.detail if isinstance(exc, Problem) else detail_of(exc)
             return outcome | {
                 "status": "failed",
                 "message": f"{item.action} failed: {one_line(text, 500)}",

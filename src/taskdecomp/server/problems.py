@@ -59,6 +59,20 @@ def status_of(exc: TaskdecompError) -> int:
     return 500
 
 
+def detail_of(exc: TaskdecompError) -> str:
+    """What a client is told of one of taskdecomp's errors.
+
+    A missing run and an unreachable store say so without the store's name: the CLI's
+    messages name it (a file path on the server, a database URL), a client has no use for it.
+    """
+    if isinstance(exc, RunNotFoundError):
+        named = f" {exc.run_id!r}" if exc.run_id is not None else " with this id"
+        return f"no run{named}; GET /runs lists the stored runs"
+    if isinstance(exc, StoreError) and status_of(exc) == 503:
+        return "the run store cannot be reached now; try again shortly"
+    return str(exc)
+
+
 def body(status: int, detail: str, **extra: Any) -> bytes:
     """The problem document for ``status``."""
     try:

@@ -132,7 +132,8 @@ def acquire(conn: Connection, run_id: RunId, *, owner: str, ttl: float, now: flo
     ).first()
     if row is None:
         raise RunNotFoundError(
-            f"no run {run_id!r} in the store; `taskdecomp runs` lists the stored runs"
+            f"no run {run_id!r} in the store; `taskdecomp runs` lists the stored runs",
+            run_id=run_id,
         )
     holder, expires_at = row.lease_owner, row.lease_expires_at
     alive = expires_at is not None and expires_at > now and not owners.is_gone(holder)

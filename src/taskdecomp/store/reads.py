@@ -67,7 +67,8 @@ def load_run(conn: Connection, run_id: RunId, *, store: str) -> StoredRun:
     row = conn.execute(select(schema.runs).where(schema.runs.c.id == key)).first()
     if row is None:
         raise RunNotFoundError(
-            f"no run {run_id!r} in the store {store!r}; `taskdecomp runs` lists the stored runs"
+            f"no run {run_id!r} in the store {store!r}; `taskdecomp runs` lists the stored runs",
+            run_id=run_id,
         )
     where = f"run {run_id!r}"
     plan = _plan(conn, key, where)
@@ -250,7 +251,7 @@ def load_event_page(conn: Connection, run_id: RunId, *, after: int, limit: int) 
     runs = schema.runs
     status = conn.execute(select(runs.c.status).where(runs.c.id == key)).scalar()
     if status is None:
-        raise RunNotFoundError(f"no run {run_id!r}; GET /runs lists the stored runs")
+        raise RunNotFoundError(f"no run {run_id!r} in the store", run_id=run_id)
     events = schema.events
     query = (
         select(events)
