@@ -70,6 +70,20 @@ GRACE_SECONDS = 3
 @click.option(
     "--queue", default="default", show_default=True, help="The queue runs go to (--executor queue)."
 )
+@click.option(
+    "--max-streams",
+    type=click.IntRange(min=1),
+    default=4000,
+    show_default=True,
+    help="The most event streams open at once; more are answered 429 with Retry-After.",
+)
+@click.option(
+    "--max-streams-per-client",
+    type=click.IntRange(min=1),
+    default=2000,
+    show_default=True,
+    help="The most event streams one client address holds at once.",
+)
 @DB_OPTION
 def serve_command(
     host: str,
@@ -83,6 +97,8 @@ def serve_command(
     log_level: str,
     executor: str,
     queue: str,
+    max_streams: int,
+    max_streams_per_client: int,
     db: str | None,
 ) -> int:
     """Serve the HTTP API, the live event streams and the web page at http://HOST:PORT/.
@@ -113,6 +129,9 @@ def serve_command(
             )
         config = dataclasses.replace(config, connection=Connection(base_url=base_url))
     config = dataclasses.replace(config, executor=executor, queue=queue)
+    config = dataclasses.replace(
+        config, max_streams=max_streams, max_streams_per_client=max_streams_per_client
+    )
     service = open_service(config)
     where = f"store: {service.store.name}"
     if executor == "queue":
