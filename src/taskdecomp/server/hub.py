@@ -278,9 +278,10 @@ class StreamHub:
             self._unwatch()
             self._unwatch = None
 
-    def shutdown(self) -> None:
-        """:meth:`close`, and let the reading threads go once their reads are done."""
+    async def shutdown(self) -> None:
+        """:meth:`close`, wait for the readers and listeners to stop, let the threads go."""
         self.close()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._pool.shutdown(wait=False)
 
     def wake(self, run_ids: Iterable[str]) -> None:

@@ -59,7 +59,7 @@ class Service:
         """Cancel runs and decompositions in flight (each checkpoints), then close the store."""
         self.begin_shutdown()
         await asyncio.gather(self.runs.shutdown(timeout), self.plans.shutdown(timeout))
-        self.streams.shutdown()
+        await self.streams.shutdown()
         self.store.close()
 
 
