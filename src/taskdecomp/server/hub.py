@@ -128,9 +128,13 @@ class Subscription:
         run_id = RunId(self._feed.run_id)
         while sent < self.joined:
             limit = min(PAGE, self.joined - sent)
-            page = await self._hub.read(
-                self._hub.store.load_event_page, run_id, after=sent, limit=limit
-            )
+            try:
+                page = await self._hub.read(
+                    self._hub.store.load_event_page, run_id, after=sent, limit=limit
+                )
+            except TaskdecompError as exc:  # the client reconnects from where it is
+                logger.warning("reading run %s's events failed (%s)", run_id, exc)
+                return
             if not page.events:
                 break
             for item in page.events:
