@@ -25,11 +25,12 @@ import httpx
 import psycopg
 import pytest
 
+from taskdecomp.errors import ConfigError
 from taskdecomp.run import RunId, RunResult
 from taskdecomp.server import ServerConfig
 from taskdecomp.store import EventRecord, NewRun, open_store
 from tests.clitools import CHILD
-from tests.server.support import Served, sse_events, sse_iter, wait_for
+from tests.server.support import Served, ServeProcess, sse_events, sse_iter, wait_for
 
 PG_URL = os.environ.get("TEST_PG_URL", "postgresql://postgres@127.0.0.1/test")
 
@@ -304,3 +305,26 @@ def test_end_reports_the_runs_last_event_and_cursors_beyond_int64_are_refused(
         assert response.status_code == 422, response.text
         assert response.headers["content-type"] == "application/problem+json"
         assert response.json()["detail"]
+
+
+def test_serve_takes_the_caps_from_its_options(config: ServerConfig, toolset: Path) -> None:
+    server = ServeProcess([
+        "--tools", f"demo={toolset}", "--model", config.models[0], "--db", config.store_url,
+        "--max-streams", "10", "--max-streams-per-client", "1",
+    ]).start()  # fmt: skip
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            run_id = start(client, "approval")
+            wait_for(lambda: client.get(f"/runs/{run_id}").json()["status"] == "paused")
+            with (
+                httpx.Client(base_url=server.url, timeout=30) as own,
+                own.stream("GET", f"/runs/{run_id}/events") as first,
+            ):
+                second = client.get(f"/runs/{run_id}/events")
+                assert first.status_code == 200
+    finally:
+        server.stop()
+    assert second.status_code == 429 and second.headers["retry-after"] == "5"
+    assert "1 event streams open, the limit per client" in second.json()["detail"]
+    with pytest.raises(ConfigError, match="max_streams must be at least 1"):
+        dataclasses.replace(config, max_streams=0)

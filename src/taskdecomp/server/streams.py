@@ -108,15 +108,14 @@ class EventStream(StreamingResponse):
 
 
 class _Pacer:
-    """Waits between two reads of the store.
+    """Waits between two reads of a plan's tree.
 
-    Short while events flow, doubling up to ``limit`` while nothing happens; a ``bell``
-    (rung when the run emits an event in this process) ends the wait at once.
+    Short while it changes, doubling up to ``limit`` while nothing happens; the server
+    shutting down ends the wait at once.
     """
 
-    def __init__(self, closing: asyncio.Event, limit: float, bell: asyncio.Event) -> None:
+    def __init__(self, closing: asyncio.Event, limit: float) -> None:
         self.closing = closing
-        self.bell = bell
         self.limit = max(limit, FIRST_WAIT)
         self.wait = FIRST_WAIT
         self.pinged = time.monotonic()
@@ -127,10 +126,9 @@ class _Pacer:
     async def pause(self) -> bool:
         """Wait; ``False`` once the server shuts down."""
         try:
-            await asyncio.wait_for(self.bell.wait(), timeout=self.wait)
+            await asyncio.wait_for(self.closing.wait(), timeout=self.wait)
         except TimeoutError:
             self.wait = min(self.wait * 2, self.limit)
-        self.bell.clear()
         return not self.closing.is_set()
 
     def ping_due(self) -> bool:
@@ -149,7 +147,7 @@ async def plan_events(
     plans: PlanService, plan_id: int, after: int, closing: asyncio.Event, read: Read
 ) -> AsyncIterator[bytes]:
     """The SSE stream of plan ``plan_id``: nodes with an id above ``after``, then changes."""
-    pacer = _Pacer(closing, plans.config.poll_seconds, asyncio.Event())
+    pacer = _Pacer(closing, plans.config.poll_seconds)
     state = _TreeState(after)
     versions: dict[int, int] = {}
     while True:
