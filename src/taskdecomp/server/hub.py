@@ -180,7 +180,8 @@ class _Feed:
     def leave(self, subscription: Subscription) -> None:
         if subscription in self.subscribers:
             self.subscribers.discard(subscription)
-            self.bell.set()  # the last one gone: the feed stops
+            if not self.subscribers:
+                self.bell.set()  # the last one gone: the feed stops
 
     def hand_on(self, item: SequencedEvent) -> None:
         data = event_frame(item)
