@@ -95,6 +95,20 @@ GRACE_SECONDS = 3
     help="The folder each run of workflow NAME starts from (copied into its own workspace); "
     "default: an empty folder.",
 )
+@click.option(
+    "--max-streams",
+    type=click.IntRange(min=1),
+    default=4000,
+    show_default=True,
+    help="The most event streams open at once; more are answered 429 with Retry-After.",
+)
+@click.option(
+    "--max-streams-per-client",
+    type=click.IntRange(min=1),
+    default=2000,
+    show_default=True,
+    help="The most event streams one client address holds at once.",
+)
 @DB_OPTION
 def serve_command(
     host: str,
@@ -111,6 +125,8 @@ def serve_command(
     queue: str,
     workflows: tuple[str, ...],
     workflow_templates: tuple[str, ...],
+    max_streams: int,
+    max_streams_per_client: int,
     db: str | None,
 ) -> int:
     """Serve the HTTP API, the live event streams and the web page at http://HOST:PORT/.
@@ -143,6 +159,9 @@ def serve_command(
     config = dataclasses.replace(config, executor=executor, queue=queue)
     config = dataclasses.replace(config, host=host, port=port or None, allowed_hosts=allowed_hosts)
     config = _with_workflows(config, workflows, workflow_templates)
+    config = dataclasses.replace(
+        config, max_streams=max_streams, max_streams_per_client=max_streams_per_client
+    )
     service = open_service(config)
     where = f"store: {service.store.name}"
     if executor == "queue":

@@ -23,7 +23,6 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from taskdecomp.errors import TaskdecompError
-from taskdecomp.run import RunId
 from taskdecomp.server import streams
 from taskdecomp.server.guard import BearerToken, BodyLimit
 from taskdecomp.server.hosts import HostAllowlist
@@ -205,20 +204,19 @@ def _run_routes(app: FastAPI, service: Service) -> None:
         "/runs/{run_id}/events",
         tags=["runs"],
         response_class=StreamingResponse,
-        responses=event_stream(RUN_STREAM) | problem_responses(400, 404, 503),
+        responses=event_stream(RUN_STREAM) | problem_responses(400, 404, 429, 503),
     )
     async def run_events(
+        request: Request,
         run_id: RunPath,
         last_event_id: Annotated[str | None, Header()] = None,
-        after: Annotated[int | None, Query(ge=0)] = None,
+        after: Annotated[int | None, Query(ge=0, le=streams.MAX_CURSOR)] = None,
     ) -> StreamingResponse:
         """The run's events as server-sent events, from the first or after Last-Event-ID."""
         start = streams.last_event_id(last_event_id, after)
-        runs.store.load_event_page(RunId(run_id), after=0, limit=0)  # 404 before streaming
-        return StreamingResponse(
-            streams.run_events(runs, run_id, start, service.closing),
-            media_type="text/event-stream",
-            headers=streams.HEADERS,
+        feed = await service.streams.subscribe(run_id, start, client=_client(request))
+        return streams.EventStream(
+            feed.frames(), close=feed.close, cut=lambda cut: setattr(feed, "on_drop", cut)
         )
 
 
@@ -288,21 +286,31 @@ def _plan_routes(app: FastAPI, service: Service) -> None:
         "/plans/{plan_id}/events",
         tags=["plans"],
         response_class=StreamingResponse,
-        responses=event_stream(PLAN_STREAM) | problem_responses(400, 404, 503),
+        responses=event_stream(PLAN_STREAM) | problem_responses(400, 404, 503, 429),
     )
     async def plan_events(
+        request: Request,
         plan_id: int,
         last_event_id: Annotated[str | None, Header()] = None,
-        after: Annotated[int | None, Query(ge=0)] = None,
+        after: Annotated[int | None, Query(ge=0, le=streams.MAX_CURSOR)] = None,
     ) -> StreamingResponse:
         """Every node of the plan as it is written, and each decomposition's start and end."""
         start = streams.last_event_id(last_event_id, after)
-        plans.tree(plan_id)  # 404 before streaming
-        return StreamingResponse(
-            streams.plan_events(plans, plan_id, start, service.closing),
-            media_type="text/event-stream",
-            headers=streams.HEADERS,
+        hub = service.streams
+        release = hub.slots.take(_client(request))
+        try:
+            await hub.read(plans.tree, plan_id)  # 404 before streaming
+        except BaseException:
+            release()
+            raise
+        return streams.EventStream(
+            streams.plan_events(plans, plan_id, start, service.closing, hub.read), close=release
         )
+
+
+def _client(request: Request) -> str:
+    """The address a request came from: what the per-client cap on streams counts by."""
+    return request.client.host if request.client is not None else "unknown"
 
 
 def _misc_routes(app: FastAPI, service: Service) -> None:

@@ -22,6 +22,15 @@ from taskdecomp.server.hosts import allowed_host
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 """The largest request body accepted (a goal, a plan, a chat message)."""
 
+DEFAULT_MAX_STREAMS = 4000
+"""The most event streams open at once (each holds a connection and a file descriptor)."""
+
+DEFAULT_MAX_STREAMS_PER_CLIENT = 2000
+"""The most event streams one client address holds (a proxy in front counts as one)."""
+
+DEFAULT_STREAM_BUFFER = 1000
+"""The most messages a stream may leave unread before it is dropped."""
+
 CHAT_ACTIONS = (
     "plan_operation/create_plan",
     "plan_operation/get_plan",
@@ -59,7 +68,12 @@ class ServerConfig:
         max_body_bytes: the largest request body accepted.
         lease_seconds: how long a run's lease outlives this process if it dies.
         durability: how runs' checkpoints reach the disk (``async`` or ``sync``).
-        poll_seconds: the longest an event stream waits between two reads of the store.
+        poll_seconds: how often a SQLite store is asked for events another process
+            stored, and the longest a plan stream waits between two reads.
+        max_streams: the most event streams open at once; more are refused with 429.
+        max_streams_per_client: the most event streams one client address holds at once.
+        stream_buffer: the most messages a stream may leave unread before it is dropped
+            (its client reconnects with ``Last-Event-ID`` and loses nothing).
         executor: ``process`` runs execute in the server; ``queue`` submits them to
             ``queue`` for ``taskdecomp worker`` processes (PostgreSQL store only; the
             toolset and model names must be the ones the workers register).
@@ -92,6 +106,9 @@ class ServerConfig:
     lease_seconds: float = 30.0
     durability: Durability = DEFAULT_DURABILITY
     poll_seconds: float = 0.5
+    max_streams: int = DEFAULT_MAX_STREAMS
+    max_streams_per_client: int = DEFAULT_MAX_STREAMS_PER_CLIENT
+    stream_buffer: int = DEFAULT_STREAM_BUFFER
     executor: Executor = "process"
     queue: str = "default"
     host: str = "127.0.0.1"
@@ -117,6 +134,9 @@ class ServerConfig:
                 f"the workers use; got {self.store_url!r}"
             )
         _check_workflows(self)
+        for name in ("max_streams", "max_streams_per_client", "stream_buffer"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1; got {getattr(self, name)}")
         if self.token is not None and not self.token.strip():
             raise ConfigError("TASKDECOMP_API_TOKEN is empty; set a long random value or unset it")
         for name in self.allowed_hosts:

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING
 from taskdecomp.errors import ConfigError
 from taskdecomp.models import connects, resolve_model
 from taskdecomp.server.config import ServerConfig
+from taskdecomp.server.hub import StreamHub
 from taskdecomp.server.plans import PlanService
 from taskdecomp.server.reading import Reads
 from taskdecomp.server.runs import RunService
+from taskdecomp.server.slots import StreamSlots
 from taskdecomp.store import SqlStore, open_store
 from taskdecomp.store.trees import TreeRepository
 from taskdecomp.tools import Toolset, load_toolset
@@ -31,6 +33,8 @@ class Service:
     store: SqlStore
     runs: RunService
     plans: PlanService
+    streams: StreamHub
+    """The readers behind the run event streams, and the caps on open streams."""
     chat: ChatAgent | None = None
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the server begins to shut down: streams end, new work is refused."""
@@ -41,6 +45,7 @@ class Service:
     def begin_shutdown(self) -> None:
         """Stop taking work, end every stream, cancel runs in flight (safe to repeat)."""
         self.closing.set()
+        self.streams.close()
         self.runs.begin_shutdown()
         self.plans.closing = True
 
@@ -55,6 +60,7 @@ class Service:
         """Cancel runs and decompositions in flight (each checkpoints), then close the store."""
         self.begin_shutdown()
         await asyncio.gather(self.runs.shutdown(timeout), self.plans.shutdown(timeout))
+        await self.streams.shutdown()
         self.store.close()
 
 
@@ -82,7 +88,15 @@ def open_service(config: ServerConfig) -> Service:
         reads = Reads()
         runs = RunService(config, store, toolsets, reads=reads)
         plans = PlanService(config, TreeRepository(store), reads=reads)
-        service = Service(config=config, store=store, runs=runs, plans=plans)
+        slots = StreamSlots(total=config.max_streams, per_client=config.max_streams_per_client)
+        hub = StreamHub(
+            store,
+            runs,
+            slots=slots,
+            poll_seconds=config.poll_seconds,
+            buffer=config.stream_buffer,
+        )
+        service = Service(config=config, store=store, runs=runs, plans=plans, streams=hub)
         if config.chat_model is not None:
             chat = resolve_model(config.chat_model, connection=config.connection)
             service.chat = ChatAgent(service, chat)

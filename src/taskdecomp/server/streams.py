@@ -1,19 +1,20 @@
-"""Server-sent event streams of runs and plans, read from the store.
+"""Server-sent event streams of runs and plans: the messages and the response.
 
 A run's stream sends its stored events in order, each with its per-run sequence number as
 the SSE ``id``; a client that reconnects with ``Last-Event-ID: N`` gets event ``N + 1`` on,
 so it misses nothing and sees nothing twice, whichever process wrote the events and however
 often the server restarted meanwhile. Once the run has ended (``ok`` or ``stopped``) and
-every event is sent, the stream sends ``end`` and closes; a paused run's stream stays open
-for what follows its approval.
+every event is sent, the stream sends ``end`` with the run's status and the sequence
+number of its last event, and closes; a paused run's stream stays open for what follows its
+approval. Its events come from the run's shared reader (:mod:`.hub`).
 
 A plan's stream sends a ``node`` event for every node of the tree, in the order they were
 written (the node id is the SSE ``id``), ``removed`` when nodes disappear (an overwrite),
-and ``decomposition`` when a decomposition of the plan starts or ends.
+and ``decomposition`` when a decomposition of the plan starts or ends. It reads the tree
+off the event loop, again quickly while it changes, backing off to ``poll_seconds`` while
+nothing happens.
 
-Both read the store: again at once when a run this process executes emits an event, else
-quickly while events flow, backing off to ``poll_seconds`` while nothing happens (a run
-another process owns, a plan); both end when the server shuts down.
+Both end when the server shuts down.
 """
 
 from __future__ import annotations
@@ -21,18 +22,20 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anyio
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
 from taskdecomp.errors import TreeNotFoundError
-from taskdecomp.run import RunId
 from taskdecomp.server.plans import PlanService
 from taskdecomp.server.problems import Problem
-from taskdecomp.server.runs import RunService
 from taskdecomp.tree import PlanNode, PlanTree, PlanTreeId
 
-PAGE = 500
-"""Most events read from the store at once."""
+MAX_CURSOR = 2**63 - 1
+"""The largest ``Last-Event-ID`` or ``?after=``: sequence numbers are 64-bit integers."""
 
 FIRST_WAIT = 0.05
 """Seconds between reads while events flow; doubled while nothing comes, up to the limit."""
@@ -40,7 +43,7 @@ FIRST_WAIT = 0.05
 PING_SECONDS = 15.0
 """A comment line this often keeps proxies from closing an idle stream."""
 
-FINAL = ("ok", "stopped")
+PING = b": ping\n\n"
 
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -56,26 +59,63 @@ def last_event_id(header: str | None, query: int | None) -> int:
     """Where a stream starts: after ``Last-Event-ID`` (a reconnect), else ``?after=``, else 0.
 
     Raises:
-        Problem: 400 when the header is not a whole number >= 0.
+        Problem: 400 when the header is not a whole number >= 0; 422 when it is above
+            :data:`MAX_CURSOR`.
     """
     if header is None or not header.strip():
         return query or 0
     text = header.strip()
-    if not text.isdigit() or len(text) > 18:
+    if not text.isascii() or not text.isdigit():
         raise Problem(400, f"Last-Event-ID {header[:40]!r} is not a whole number >= 0")
+    if len(text) > len(str(MAX_CURSOR)) or int(text) > MAX_CURSOR:
+        raise Problem(
+            422, f"Last-Event-ID {text[:40]!r} is above {MAX_CURSOR}, the largest event id"
+        )
     return int(text)
 
 
-class _Pacer:
-    """Waits between two reads of the store.
+class EventStream(StreamingResponse):
+    """A ``text/event-stream`` response that ``close`` follows however it ends.
 
-    Short while events flow, doubling up to ``limit`` while nothing happens; a ``bell``
-    (rung when the run emits an event in this process) ends the wait at once.
+    ``cut``, when given, is handed a function that cuts the response at once (a stream
+    dropped because its client stopped reading, even while a write to it waits).
     """
 
-    def __init__(self, closing: asyncio.Event, limit: float, bell: asyncio.Event) -> None:
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        *,
+        close: Callable[[], None],
+        cut: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=HEADERS)
+        self._content = content
+        self._close = close
+        self._cut = cut
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the stream until it ends, its client leaves or it is cut; then ``close``."""
+        try:
+            with anyio.CancelScope() as scope_:
+                if self._cut is not None:
+                    self._cut(scope_.cancel)
+                await super().__call__(scope, receive, send)
+        finally:
+            self._close()
+            aclose: Callable[[], Awaitable[None]] | None = getattr(self._content, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+class _Pacer:
+    """Waits between two reads of a plan's tree.
+
+    Short while it changes, doubling up to ``limit`` while nothing happens; the server
+    shutting down ends the wait at once.
+    """
+
+    def __init__(self, closing: asyncio.Event, limit: float) -> None:
         self.closing = closing
-        self.bell = bell
         self.limit = max(limit, FIRST_WAIT)
         self.wait = FIRST_WAIT
         self.pinged = time.monotonic()
@@ -86,10 +126,9 @@ class _Pacer:
     async def pause(self) -> bool:
         """Wait; ``False`` once the server shuts down."""
         try:
-            await asyncio.wait_for(self.bell.wait(), timeout=self.wait)
+            await asyncio.wait_for(self.closing.wait(), timeout=self.wait)
         except TimeoutError:
             self.wait = min(self.wait * 2, self.limit)
-        self.bell.clear()
         return not self.closing.is_set()
 
     def ping_due(self) -> bool:
@@ -100,55 +139,21 @@ class _Pacer:
         return True
 
 
-async def run_events(
-    runs: RunService, run_id: str, after: int, closing: asyncio.Event
-) -> AsyncIterator[bytes]:
-    """The SSE stream of run ``run_id`` from sequence number ``after + 1``."""
-    bell = runs.listen(run_id)
-    try:
-        async for message in _run_events(
-            runs, run_id, after, _Pacer(closing, runs.config.poll_seconds, bell)
-        ):
-            yield message
-    finally:
-        runs.unlisten(run_id, bell)
-
-
-async def _run_events(
-    runs: RunService, run_id: str, after: int, pacer: _Pacer
-) -> AsyncIterator[bytes]:
-    seq = after
-    while not pacer.closing.is_set():
-        page = runs.store.load_event_page(RunId(run_id), after=seq, limit=PAGE)
-        for item in page.events:
-            event = item.event
-            data = {"seq": item.seq, "kind": event.kind, "at": event.at, "data": dict(event.data)}
-            yield frame(event.kind, data, event_id=item.seq)
-            seq = item.seq
-            await asyncio.sleep(0)  # let the loop see a client that went away
-        if page.events:
-            pacer.reset()
-            continue
-        if page.status in FINAL and not runs.is_active(run_id):
-            yield frame("end", {"status": page.status, "last_seq": seq})
-            return
-        if pacer.ping_due():
-            yield b": ping\n\n"
-        if not await pacer.pause():
-            return
+Read = Callable[..., Awaitable[Any]]
+"""Runs a blocking call off the event loop: ``await read(function, *args)``."""
 
 
 async def plan_events(
-    plans: PlanService, plan_id: int, after: int, closing: asyncio.Event
+    plans: PlanService, plan_id: int, after: int, closing: asyncio.Event, read: Read
 ) -> AsyncIterator[bytes]:
     """The SSE stream of plan ``plan_id``: nodes with an id above ``after``, then changes."""
-    pacer = _Pacer(closing, plans.config.poll_seconds, asyncio.Event())
+    pacer = _Pacer(closing, plans.config.poll_seconds)
     state = _TreeState(after)
     versions: dict[int, int] = {}
     while True:
         jobs = _job_changes(plans, plan_id, versions)  # before the tree: a job that ended
         try:  # is sent after the nodes it wrote
-            tree = plans.repository.get_plan_tree(PlanTreeId(plan_id))
+            tree = await read(plans.repository.get_plan_tree, PlanTreeId(plan_id))
         except TreeNotFoundError:
             yield frame("end", {"reason": "the plan no longer exists"})
             return
@@ -159,7 +164,7 @@ async def plan_events(
         if messages:
             pacer.reset()
         if pacer.ping_due():
-            yield b": ping\n\n"
+            yield PING
         if not await pacer.pause():
             return
 

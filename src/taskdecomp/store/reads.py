@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias, get_args
 
 from pydantic import TypeAdapter
-from sqlalchemy import Connection, Row, bindparam, select
+from sqlalchemy import Connection, Row, bindparam, func, select
 
 from taskdecomp.budget import Usage
 from taskdecomp.errors import CorruptRecordError, RunNotFoundError
@@ -269,3 +269,32 @@ def load_event_page(conn: Connection, run_id: RunId, *, after: int, limit: int) 
         for number, row in enumerate(conn.execute(query), start=1)
     )
     return EventPage(status=_choice(status, RunState, f"run {run_id!r}: runs.status"), events=page)
+
+
+def count_events(conn: Connection, run_id: RunId) -> tuple[RunState, int]:
+    """The run's status and how many events it has: the sequence number of its last one.
+
+    Raises:
+        RunNotFoundError: no run has this id.
+    """
+    key = encode_text(run_id, what="run id")
+    runs, events = schema.runs, schema.events
+    status = conn.execute(select(runs.c.status).where(runs.c.id == key)).scalar()
+    if status is None:
+        raise RunNotFoundError(f"no run {run_id!r} in the store", run_id=run_id)
+    count = conn.execute(select(func.count()).where(events.c.run_id == key)).scalar()
+    return _choice(status, RunState, f"run {run_id!r}: runs.status"), int(count or 0)
+
+
+def runs_with_events_after(conn: Connection, mark: int) -> tuple[int, frozenset[str]]:
+    """The newest event row id, and the runs with an event row id above ``mark``.
+
+    On SQLite writers take turns, so row ids grow in commit order: a reader that keeps the
+    id it saw last learns of every run whose events were committed since, by any process.
+    """
+    events = schema.events
+    newest = int(conn.execute(select(func.max(events.c.id))).scalar() or 0)
+    if newest <= mark:
+        return newest, frozenset()
+    found = conn.execute(select(events.c.run_id).where(events.c.id > mark).distinct())
+    return newest, frozenset(str(row.run_id) for row in found)

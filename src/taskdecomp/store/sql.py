@@ -12,6 +12,11 @@ writer takes the lock up front and never fails half-way on a lock upgrade.
 PostgreSQL is reached through psycopg 3; a plain ``postgresql://`` URL is read as
 ``postgresql+psycopg://``. Driver errors become :class:`~taskdecomp.errors.StoreError`
 with a message that names the database (never its password) and says what to check.
+
+A commit that stores a run's events tells whoever follows the run: the callbacks given to
+:meth:`SqlStore.watch` in this process, and on PostgreSQL every process that listens on
+:data:`EVENTS_CHANNEL` (a ``NOTIFY`` sent in the same transaction, so it arrives once the
+events are visible, and never for a write that rolled back).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from sqlalchemy import (
     event,
     insert,
     make_url,
+    text,
     update,
 )
 from sqlalchemy import exc as sa_exc
@@ -73,6 +79,15 @@ _LAZY = "taskdecomp_lazy_commit"
 
 _SYNC = "taskdecomp_sqlite_synchronous"
 """Key in a SQLite connection's info: the ``synchronous`` setting it has now."""
+
+EVENTS_CHANNEL = "taskdecomp_events"
+"""The PostgreSQL channel a commit that stores a run's events notifies; the payload is the
+run's id, once per run and transaction."""
+
+_NOTIFY = text(f"SELECT pg_notify('{EVENTS_CHANNEL}', :run_id)")
+
+Watcher = Callable[[frozenset[str]], object]
+"""Told the ids of the runs whose events a commit stored, on the committing thread."""
 
 DEFAULT_BUSY_TIMEOUT = 5.0
 """Seconds a SQLite writer waits for another process's lock before giving up."""
@@ -184,6 +199,8 @@ class SqlStore:
             self._reader = self._reader.execution_options(isolation_level="REPEATABLE READ")
         self._lazy = self._engine.execution_options(**{_LAZY: True})
         self._batch = threading.local()
+        self._written = threading.local()  # .runs: ids of the runs this transaction adds events to
+        self._watchers: list[Watcher] = []
         self._count = threading.Lock()
         self.commits = 0
         """Write transactions committed so far."""
@@ -270,6 +287,7 @@ class SqlStore:
         if batch is not None:
             yield batch
             return
+        self._written.runs = set()
         with self._errors(), self._engine.begin() as conn:
             yield conn
         self._committed(durable=True)
@@ -286,13 +304,14 @@ class SqlStore:
         if getattr(self._batch, "conn", None) is not None:
             raise RuntimeError("store batches do not nest")
         engine = self._engine if durable else self._lazy
+        self._written.runs = set()
         with self._errors(), engine.begin() as conn:
             if not durable and self.dialect == "postgresql":
                 conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
             self._batch.conn, self._batch.events = conn, []
             try:
                 yield
-                bulk.insert_rows(conn, schema.events, self._batch.events)
+                self._insert_events(conn, self._batch.events)
             finally:
                 self._batch.conn = self._batch.events = None
         self._committed(durable=durable)
@@ -301,6 +320,21 @@ class SqlStore:
         with self._count:
             self.commits += 1
             self.durable_commits += durable
+        runs: set[str] = self._written.runs
+        self._written.runs = set()
+        if runs:
+            for watcher in list(self._watchers):
+                watcher(frozenset(runs))
+
+    def watch(self, watcher: Watcher) -> Callable[[], None]:
+        """Call ``watcher`` after each commit of this object that stores events.
+
+        It gets the ids of the runs the events belong to, on the thread that committed, so
+        it must be quick (hand the ids to a loop, set a flag). Returns a function that stops
+        the calls.
+        """
+        self._watchers.append(watcher)
+        return lambda: self._watchers.remove(watcher)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -746,6 +780,24 @@ class SqlStore:
         with self.read() as conn:
             return reads.load_event_page(conn, run_id, after=after, limit=limit)
 
+    def count_events(self, run_id: RunId) -> tuple[RunState, int]:
+        """The run's status and the sequence number of its last event (0: none yet).
+
+        Raises:
+            RunNotFoundError: no run has this id.
+        """
+        with self.read() as conn:
+            return reads.count_events(conn, run_id)
+
+    def runs_with_events_after(self, mark: int) -> tuple[int, frozenset[str]]:
+        """The newest event row id and the runs with events stored after row ``mark``.
+
+        Exact on SQLite, where row ids grow in commit order; on PostgreSQL listen on
+        :data:`EVENTS_CHANNEL` instead.
+        """
+        with self.read() as conn:
+            return reads.runs_with_events_after(conn, mark)
+
     def close(self) -> None:
         """Release pooled connections."""
         self._engine.dispose()
@@ -759,7 +811,17 @@ class SqlStore:
         if pending is not None:  # inside a batch, ``conn`` is its connection
             pending += event_rows
         else:
-            bulk.insert_rows(conn, schema.events, event_rows)
+            self._insert_events(conn, event_rows)
+
+    def _insert_events(self, conn: Connection, event_rows: list[dict[str, Any]]) -> None:
+        """Insert ``event_rows`` and note their runs for the watchers (and ``NOTIFY`` them)."""
+        bulk.insert_rows(conn, schema.events, event_rows)
+        written: set[str] = self._written.runs
+        new = {row["run_id"] for row in event_rows} - written
+        if self.dialect == "postgresql":
+            for run_id in sorted(new):
+                conn.execute(_NOTIFY, {"run_id": run_id})
+        written |= new
 
 
 def _sqlite_sync(options: Mapping[str, Any]) -> str:
