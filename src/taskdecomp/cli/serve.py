@@ -70,6 +70,17 @@ GRACE_SECONDS = 3
 @click.option(
     "--queue", default="default", show_default=True, help="The queue runs go to (--executor queue)."
 )
+@click.option(
+    "--max-running",
+    type=click.IntRange(min=1),
+    help="Runs that execute in the server at once; the rest wait in its queue.  [default: 8]",
+)
+@click.option(
+    "--max-queued",
+    type=click.IntRange(min=0),
+    help="Runs that may wait for a slot; beyond them POST /runs answers 429 with "
+    "Retry-After.  [default: 1000]",
+)
 @DB_OPTION
 def serve_command(
     host: str,
@@ -83,6 +94,8 @@ def serve_command(
     log_level: str,
     executor: str,
     queue: str,
+    max_running: int | None,
+    max_queued: int | None,
     db: str | None,
 ) -> int:
     """Serve the HTTP API, the live event streams and the web page at http://HOST:PORT/.
@@ -113,6 +126,10 @@ def serve_command(
             )
         config = dataclasses.replace(config, connection=Connection(base_url=base_url))
     config = dataclasses.replace(config, executor=executor, queue=queue)
+    if max_running is not None:
+        config = dataclasses.replace(config, max_running=max_running)
+    if max_queued is not None:
+        config = dataclasses.replace(config, max_queued=max_queued)
     service = open_service(config)
     where = f"store: {service.store.name}"
     if executor == "queue":

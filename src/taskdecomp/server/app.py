@@ -51,6 +51,7 @@ def create_app(service: Service) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         service.loop = asyncio.get_running_loop()
+        service.runs.readmit()  # runs a stopped server left queued start again
         yield
         await service.shutdown()
 

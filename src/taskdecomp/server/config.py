@@ -33,6 +33,13 @@ CHAT_ACTIONS = (
 )
 """Every structured action the chat agent knows (see ``docs/actions.md``)."""
 
+DEFAULT_MAX_RUNNING = 8
+"""Runs executing at once: runs mostly wait on models and tools, but each step's
+bookkeeping takes the event loop, and 8 leave two cores' loop free for requests."""
+
+DEFAULT_MAX_QUEUED = 1000
+"""Runs waiting to start: a waiting run costs a stored row and a few hundred bytes here."""
+
 Executor = Literal["process", "queue"]
 """Where the service's runs execute: in the server process, or on queue workers."""
 
@@ -63,6 +70,9 @@ class ServerConfig:
             ``queue`` for ``taskdecomp worker`` processes (PostgreSQL store only; the
             toolset and model names must be the ones the workers register).
         queue: the queue runs are submitted to.
+        max_running: runs that execute in this process at once (``process``).
+        max_queued: runs that may wait for one of those slots; beyond them a new run
+            is refused with 429.
     """
 
     store_url: str
@@ -82,6 +92,8 @@ class ServerConfig:
     poll_seconds: float = 0.5
     executor: Executor = "process"
     queue: str = "default"
+    max_running: int = DEFAULT_MAX_RUNNING
+    max_queued: int = DEFAULT_MAX_QUEUED
 
     def __post_init__(self) -> None:
         if not self.toolsets:
@@ -97,6 +109,11 @@ class ServerConfig:
             raise ConfigError(
                 "--executor queue needs a PostgreSQL store (--db postgresql://...), the one "
                 f"the workers use; got {self.store_url!r}"
+            )
+        if self.max_running < 1 or self.max_queued < 0:
+            raise ConfigError(
+                f"--max-running must be at least 1 and --max-queued at least 0; got "
+                f"{self.max_running} and {self.max_queued}"
             )
         if self.token is not None and not self.token.strip():
             raise ConfigError("TASKDECOMP_API_TOKEN is empty; set a long random value or unset it")

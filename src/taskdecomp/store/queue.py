@@ -85,6 +85,21 @@ def queue_of(conn: Connection, run_id: RunId) -> str | None:
     ).scalar_one_or_none()
 
 
+def times(conn: Connection, run_id: RunId) -> tuple[float, float | None] | None:
+    """When ``run_id`` was queued and when it first started (``None``: not yet).
+
+    ``None`` for a run that was never queued.
+    """
+    row = conn.execute(
+        select(_queued.c.enqueued_at, _queued.c.first_started_at).where(
+            _queued.c.run_id == rows.key(run_id)
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    return float(row.enqueued_at), row.first_started_at
+
+
 def admit(
     conn: Connection,
     run_id: RunId,

@@ -684,6 +684,11 @@ class SqlStore:
         with self.read() as conn:
             return queues.queue_of(conn, run_id)
 
+    def queue_times(self, run_id: RunId) -> tuple[float, float | None] | None:
+        """When a queued run was queued and first started; ``None`` if it never was queued."""
+        with self.read() as conn:
+            return queues.times(conn, run_id)
+
     def stale_runs(self, queue_name: str, *, grace: float = 10.0) -> list[queues.Stale]:
         """Runs of a queue to deliver again: started and held by no worker, or never sent."""
         with self.read() as conn:
