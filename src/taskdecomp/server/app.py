@@ -126,7 +126,7 @@ def _run_routes(app: FastAPI, service: Service) -> None:
     @app.post("/runs", status_code=202, tags=["runs"])
     async def start_run(run: RunIn) -> dict[str, Any]:
         """Start a run in the background; 202 with the stored run."""
-        return runs.view(await runs.start(run))
+        return await runs.post(run)
 
     @app.get("/runs", tags=["runs"])
     async def list_runs(

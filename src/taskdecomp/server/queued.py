@@ -11,16 +11,18 @@ restarted server starts it again, and ``taskdecomp resume`` continues it from an
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from taskdecomp import durable, owners, runconfig, stops
-from taskdecomp.budget import Budget
+from taskdecomp.budget import Budget, Usage
 from taskdecomp.engine import Environment, continue_run
 from taskdecomp.events import Subscriber
 from taskdecomp.models import Model
 from taskdecomp.run import RunId, RunResult
-from taskdecomp.store import SqlStore, StoredRun
+from taskdecomp.server.admission import Waiting
+from taskdecomp.store import RunSummary, SqlStore, StoredRun
 from taskdecomp.store.base import NewRun
 from taskdecomp.strategies import registry
 from taskdecomp.tools import Toolset
@@ -59,6 +61,91 @@ def new_run(
     )
 
 
+class Submitter:
+    """Stores new runs as queued, in groups that share one transaction.
+
+    Every run posted while the group before was being written goes in the next group: a
+    burst of ``POST /runs`` would otherwise wait for the disk once per run, one after the
+    other. Each run is reported to ``settled`` on the event loop, stored or not, whether
+    or not the request that posted it still waits.
+
+    Args:
+        store: the run store.
+        settled: called with each run's waiting entry and whether it is on disk.
+    """
+
+    def __init__(self, store: SqlStore, settled: Callable[[Waiting, bool], None]) -> None:
+        self.store = store
+        self.settled = settled
+        self._pending: list[tuple[NewRun, Waiting, asyncio.Future[float]]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def submit(self, run: NewRun, waiting: Waiting) -> float:
+        """Store ``run`` as queued; return when it was queued, once it is on disk.
+
+        Raises:
+            StoreError: the store cannot be written.
+        """
+        done = asyncio.get_running_loop().create_future()
+        self._pending.append((run, waiting, done))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_groups(), name="store queued runs")
+        return await asyncio.shield(done)
+
+    async def _write_groups(self) -> None:
+        while self._pending:
+            group, self._pending = self._pending, []
+            runs = [run for run, _waiting, _done in group]
+            outcomes: list[float | BaseException]
+            try:
+                outcomes = [await asyncio.to_thread(self._write, runs)] * len(runs)
+            except Exception:  # one bad run must not fail the others: write each alone
+                outcomes = list(await asyncio.gather(*(self._alone(run) for run in runs)))
+            for (_run, waiting, done), outcome in zip(group, outcomes, strict=True):
+                self.settled(waiting, isinstance(outcome, float))
+                if isinstance(outcome, float):
+                    done.set_result(outcome)
+                else:
+                    done.set_exception(outcome)
+                    done.exception()  # retrieved: the request that posted it may be gone
+
+    def _write(self, runs: list[NewRun]) -> float:
+        now = self.store.now()
+        with self.store.batch(durable=True):
+            for run in runs:
+                self.store.submit_run(run, queue=LOCAL_QUEUE, now=now)
+        return now
+
+    async def _alone(self, run: NewRun) -> float | BaseException:
+        try:
+            return await asyncio.to_thread(self._write, [run])
+        except Exception as exc:
+            return exc
+
+
+def as_stored(run: NewRun, queued_at: float) -> StoredRun:
+    """``run`` as the store has it from ``queued_at`` until it starts."""
+    summary = RunSummary(
+        run_id=run.run_id,
+        goal=run.goal,
+        status="queued",
+        stop_reason=None,
+        started_at=queued_at,
+        finished_at=None,
+    )
+    return StoredRun(
+        summary=summary,
+        model=run.model,
+        tools=run.tools,
+        config=run.config,
+        segments=0,
+        usage=Usage(),
+        plan=None,
+        history=(),
+        attempts=(),
+    )
+
+
 async def execute(
     run_id: RunId,
     *,
@@ -76,12 +163,13 @@ async def execute(
     Raises:
         RunLeasedError: another process took the run first (``taskdecomp resume``).
     """
-    admission = store.admit_run(
-        run_id,
-        owner=owners.new_owner_id(),
-        ttl=durable.lease_seconds(env.lease_seconds),
-        max_recoveries=MAX_RECOVERIES,
-    )
+    with store.batch(durable=False):  # the run's first checkpoint makes it durable
+        admission = store.admit_run(
+            run_id,
+            owner=owners.new_owner_id(),
+            ttl=durable.lease_seconds(env.lease_seconds),
+            max_recoveries=MAX_RECOVERIES,
+        )
     lease = admission.lease
     if lease is None:  # it ended meanwhile
         return store.load_run(run_id).result()

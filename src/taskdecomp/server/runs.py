@@ -90,6 +90,7 @@ class RunService:
         self._queue_client: Any = None
         self.admission = Admission(max_running=config.max_running, max_queued=config.max_queued)
         """The line of runs this server starts, and how many execute at once."""
+        self._submitter = queued.Submitter(store, self._settled)
         self.closing = False
 
     def listen(self, run_id: str) -> asyncio.Event:
@@ -121,8 +122,17 @@ class RunService:
         """Start a run in the background; return its id once it is stored.
 
         Raises:
+            Problem: as :meth:`post`.
+        """
+        return RunId((await self.post(body))["run_id"])
+
+    async def post(self, body: RunIn) -> dict[str, Any]:
+        """Start a run in the background; return it as the API shows it, once it is stored.
+
+        Raises:
             Problem: 422 for an unknown toolset, an unlisted model, a tool not in the
-                toolset or a budget out of range; 503 while shutting down.
+                toolset or a budget out of range; 429 when the queue is full; 503 while
+                shutting down.
         """
         toolset = self._toolset(body.toolset)
         model = self._model(body.model)
@@ -130,7 +140,7 @@ class RunService:
         budget = self._budget(body.budget)
         options = _options(body)
         if self.config.executor == "queue":
-            return await self._submit(body, model, allow, budget, options)
+            return self.view(await self._submit(body, model, allow, budget, options))
         if body.idempotency_key is not None:
             raise Problem(
                 422, "idempotency_key needs a server that queues runs (serve --executor queue)"
@@ -147,11 +157,12 @@ class RunService:
             strategy=body.strategy,
             options=options,
         )
-        await self._enqueue(new, Waiting(run_id=new.run_id, toolset=toolset, model=model))
-        return new.run_id
+        waiting = Waiting(run_id=new.run_id, toolset=toolset, model=model)
+        queued_at = await self._enqueue(new, waiting)
+        return self._shown(queued.as_stored(new, queued_at), (queued_at, None))
 
-    async def _enqueue(self, new: NewRun, waiting: Waiting) -> None:
-        """Store ``new`` as queued and line it up to start when a slot is free.
+    async def _enqueue(self, new: NewRun, waiting: Waiting) -> float:
+        """Store ``new`` as queued, to start when a slot is free; return when it was queued.
 
         Raises:
             Problem: 503 while shutting down; 429 with ``Retry-After`` when every slot and
@@ -169,11 +180,13 @@ class RunService:
                 f"try again in {full.retry_after}s",
                 headers={"Retry-After": str(full.retry_after)},
             ) from None
-        try:
-            await asyncio.to_thread(self.store.submit_run, new, queue=queued.LOCAL_QUEUE)
-        except BaseException:
+        return await self._submitter.submit(new, waiting)
+
+    def _settled(self, waiting: Waiting, stored: bool) -> None:
+        """A posted run is on disk (it takes its place in the line), or failed to be."""
+        if not stored:
             self.admission.unreserve()
-            raise
+            return
         self.admission.add(waiting)
         self._dispatch()
 
@@ -377,18 +390,21 @@ class RunService:
             RunNotFoundError: no run has this id (404).
         """
         stored = self.store.load_run(RunId(run_id))
+        return self._shown(stored, self.store.queue_times(stored.run_id))
+
+    def _shown(self, stored: StoredRun, times: tuple[float, float | None] | None) -> dict[str, Any]:
+        """``stored`` as the API shows it; ``times``: when it was queued and started."""
         data = stored.to_dict()
         data["stored_status"] = data["status"]
         data["status"] = self.status(stored.summary, stored)
         data["toolset"] = self._toolset_name(stored.tools)
-        data["active"] = self.is_active(run_id)
-        data.update(self._queueing(stored.run_id))
+        data["active"] = self.is_active(stored.run_id)
+        data.update(self._queueing(stored.run_id, times))
         data.pop("tools", None)  # a file path on the server: the toolset's name says enough
         return data
 
-    def _queueing(self, run_id: RunId) -> dict[str, Any]:
+    def _queueing(self, run_id: RunId, times: tuple[float, float | None] | None) -> dict[str, Any]:
         """When the run was queued, how long it waited (or has waited so far), its place."""
-        times = self.store.queue_times(run_id)
         if times is None:
             return {"queued_at": None, "queued_seconds": None, "queue_position": None}
         queued_at, started_at = times

@@ -629,11 +629,17 @@ class SqlStore:
     # -- queued runs (taskdecomp.scale) ---------------------------------------------------
 
     def submit_run(
-        self, run: NewRun, *, queue: str, idempotency_key: str | None = None
+        self,
+        run: NewRun,
+        *,
+        queue: str,
+        idempotency_key: str | None = None,
+        now: float | None = None,
     ) -> tuple[RunId, bool]:
         """Store ``run`` as ``queued`` in ``queue``; return its id and whether it is new.
 
         A run submitted before with the same ``idempotency_key`` is returned instead.
+        ``now`` is the time it is queued at (default: now, by the store's clock).
 
         Raises:
             StoreError: the id is taken, or the store cannot be written.
@@ -644,7 +650,7 @@ class SqlStore:
                     raise StoreConfigError(f"a run with id {run.run_id!r} is already stored")
                 return queues.submit(
                     conn, run, queue=queue, idempotency_key=idempotency_key,
-                    now=self.now(),
+                    now=self.now() if now is None else now,
                 )  # fmt: skip
         except StoreError:
             if idempotency_key is None:
