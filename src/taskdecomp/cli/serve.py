@@ -73,7 +73,7 @@ GRACE_SECONDS = 3
 @click.option(
     "--max-running",
     type=click.IntRange(min=1),
-    help="Runs that execute in the server at once; the rest wait in its queue.  [default: 8]",
+    help="Runs that execute in the server at once; the rest wait in its queue.  [default: 32]",
 )
 @click.option(
     "--max-queued",

@@ -33,9 +33,10 @@ CHAT_ACTIONS = (
 )
 """Every structured action the chat agent knows (see ``docs/actions.md``)."""
 
-DEFAULT_MAX_RUNNING = 8
-"""Runs executing at once: runs mostly wait on models and tools, but each step's
-bookkeeping takes the event loop, and 8 leave two cores' loop free for requests."""
+DEFAULT_MAX_RUNNING = 32
+"""Runs executing at once. Runs mostly wait on models and tools, so many fit, but each
+step's bookkeeping takes the event loop: on two cores, 32 short runs at once finish a burst
+about as fast as any number (``bench/service_admission.py``) and keep memory bounded."""
 
 DEFAULT_MAX_QUEUED = 1000
 """Runs waiting to start: a waiting run costs a stored row and a few hundred bytes here."""

@@ -101,13 +101,14 @@ class Submitter:
                 outcomes = [await asyncio.to_thread(self._write, runs)] * len(runs)
             except Exception:  # one bad run must not fail the others: write each alone
                 outcomes = list(await asyncio.gather(*(self._alone(run) for run in runs)))
-            for (_run, waiting, done), outcome in zip(group, outcomes, strict=True):
-                self.settled(waiting, isinstance(outcome, float))
+            for (_run, _waiting, done), outcome in zip(group, outcomes, strict=True):
                 if isinstance(outcome, float):
                     done.set_result(outcome)
                 else:
                     done.set_exception(outcome)
                     done.exception()  # retrieved: the request that posted it may be gone
+            for (_run, waiting, _done), outcome in zip(group, outcomes, strict=True):
+                self.settled(waiting, isinstance(outcome, float))
 
     def _write(self, runs: list[NewRun]) -> float:
         now = self.store.now()

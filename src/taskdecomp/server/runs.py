@@ -26,7 +26,7 @@ from taskdecomp.errors import ConfigError
 from taskdecomp.events import Event, Subscriber
 from taskdecomp.models import Model, names_file, resolve_model
 from taskdecomp.run import RunId, RunResult, new_run_id
-from taskdecomp.server import queued
+from taskdecomp.server import queued, trim
 from taskdecomp.server.admission import Admission, Full, Waiting
 from taskdecomp.server.config import ServerConfig
 from taskdecomp.server.problems import Problem, one_line
@@ -91,6 +91,8 @@ class RunService:
         self.admission = Admission(max_running=config.max_running, max_queued=config.max_queued)
         """The line of runs this server starts, and how many execute at once."""
         self._submitter = queued.Submitter(store, self._settled)
+        self._trimmer = trim.Trimmer()
+        self._dispatching = False
         self.closing = False
 
     def listen(self, run_id: str) -> asyncio.Event:
@@ -188,7 +190,9 @@ class RunService:
             self.admission.unreserve()
             return
         self.admission.add(waiting)
-        self._dispatch()
+        if not self._dispatching:  # once the requests that posted them have their answer
+            self._dispatching = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
 
     def readmit(self) -> int:
         """Line up the runs a stopped server left queued in its own queue; how many.
@@ -215,6 +219,7 @@ class RunService:
 
     def _dispatch(self) -> None:
         """Start waiting runs while slots are free."""
+        self._dispatching = False
         while not self.closing and (waiting := self.admission.next()) is not None:
             run_id = waiting.run_id
             began = asyncio.get_running_loop().time()
@@ -235,10 +240,17 @@ class RunService:
         )
 
     def _freed(self, run_id: RunId, began: float, task: asyncio.Task[RunResult]) -> None:
-        """``run_id``'s task ended: its slot goes to the next waiting run."""
+        """``run_id``'s task ended: its slot goes to the next waiting run.
+
+        The last run of a burst gives the allocator's free pages back (see :mod:`.trim`).
+        """
         self._ended(run_id, task)
-        self.admission.done(run_id, asyncio.get_running_loop().time() - began)
+        loop = asyncio.get_running_loop()
+        self.admission.done(run_id, loop.time() - began)
         self._dispatch()
+        idle = self.admission.running == 0 and self.admission.waiting == 0
+        if self._trimmer.ended(idle=idle) and not self.closing:
+            loop.run_in_executor(None, trim.trim)
 
     async def _submit(
         self,
