@@ -151,7 +151,7 @@ def test_shutdown_leaves_queued_runs_queued_for_a_restart_or_resume(
     server = serve(tmp_path, toolset).start()
     with httpx.Client(base_url=server.url, timeout=30) as client:
         first = blocked(client)
-        later = [start(client, f"a dag run {n}")["run_id"] for n in range(2)]
+        later = [start(client, f"a dag run {n}")["run_id"] for n in range(3)]
     code, output = server.stop(signal.SIGTERM)
     assert code in (0, -signal.SIGTERM), output  # uvicorn re-raises the signal once done
     assert "Traceback" not in output
@@ -161,8 +161,8 @@ def test_shutdown_leaves_queued_runs_queued_for_a_restart_or_resume(
         interrupted = store.load_run(RunId(first)).summary
     finally:
         store.close()
-    assert [s.summary.status for s in left] == ["queued", "queued"]
-    assert [s.segments for s in left] == [0, 0] and all(s.lease is None for s in left)
+    assert [s.summary.status for s in left] == ["queued"] * 3
+    assert [s.segments for s in left] == [0] * 3 and all(s.lease is None for s in left)
     assert interrupted.stop_reason == "cancelled"
     resumed = subprocess.run(
         [*CHILD, "resume", later[1], "--db", str(tmp_path / "runs.db"), "--json"],
@@ -177,8 +177,10 @@ def test_shutdown_leaves_queued_runs_queued_for_a_restart_or_resume(
             first_view = client.get(f"/runs/{first}").json()
     finally:
         again.stop()
-    assert [v["stop_reason"] for v in views] == ["success", "success"]
-    assert [v["segments"] for v in views] == [1, 1]  # each ran once: the restart or the resume
+    assert [v["stop_reason"] for v in views] == ["success"] * 3
+    assert [v["segments"] for v in views] == [1] * 3  # each ran once: the restart or the resume
+    began = [v["queued_at"] + v["queued_seconds"] for v in views]
+    assert began[0] < began[2]  # the restarted server kept their order
     assert first_view["stop_reason"] == "cancelled"  # a cancelled run waits for a resume
 
 

@@ -98,7 +98,7 @@ class Submitter:
             runs = [run for run, _waiting, _done in group]
             outcomes: list[float | BaseException]
             try:
-                outcomes = [await asyncio.to_thread(self._write, runs)] * len(runs)
+                outcomes = list(await asyncio.to_thread(self._write, runs))
             except Exception:  # one bad run must not fail the others: write each alone
                 outcomes = list(await asyncio.gather(*(self._alone(run) for run in runs)))
             for (_run, _waiting, done), outcome in zip(group, outcomes, strict=True):
@@ -110,16 +110,21 @@ class Submitter:
             for (_run, waiting, _done), outcome in zip(group, outcomes, strict=True):
                 self.settled(waiting, isinstance(outcome, float))
 
-    def _write(self, runs: list[NewRun]) -> float:
+    def _write(self, runs: list[NewRun]) -> list[float]:
+        """Store ``runs`` in one transaction; return when each was queued.
+
+        The times are a microsecond apart, so that the queue's order outlives the process.
+        """
         now = self.store.now()
+        times = [now + n * 1e-6 for n in range(len(runs))]
         with self.store.batch(durable=True):
-            for run in runs:
-                self.store.submit_run(run, queue=LOCAL_QUEUE, now=now)
-        return now
+            for run, at in zip(runs, times, strict=True):
+                self.store.submit_run(run, queue=LOCAL_QUEUE, now=at)
+        return times
 
     async def _alone(self, run: NewRun) -> float | BaseException:
         try:
-            return await asyncio.to_thread(self._write, [run])
+            return (await asyncio.to_thread(self._write, [run]))[0]
         except Exception as exc:
             return exc
 

@@ -191,7 +191,7 @@ def note_delivery(conn: Connection, run_id: RunId, delivery: str) -> None:
 
 
 def stale(conn: Connection, queue: str, *, now: float, grace: float) -> list[Stale]:
-    """Runs of ``queue`` that need delivering.
+    """Runs of ``queue`` that need delivering, in the order they were queued.
 
     Started runs no worker holds any more (the worker died, so its lease ran out, or it
     gave the run up on a store error), and runs still queued ``grace`` seconds after they
@@ -211,6 +211,7 @@ def stale(conn: Connection, queue: str, *, now: float, grace: float) -> list[Sta
                 and_(_runs.c.status == "queued", _queued.c.enqueued_at < now - grace),
             ),
         )
+        .order_by(_queued.c.enqueued_at, _queued.c.run_id)
     ).all()
     return [
         Stale(
