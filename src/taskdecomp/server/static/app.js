@@ -208,7 +208,7 @@ async function refreshRun() {
   $("answer").textContent = view.answer || "";
   const resumable = view.status === "interrupted" || (view.status === "stopped" && ["cancelled", "max_seconds"].includes(view.stop_reason));
   $("resume-run").hidden = !resumable;
-  $("cancel-run").hidden = !(view.status === "running" && view.active);
+  $("cancel-run").hidden = !((view.status === "running" && view.active) || view.status === "queued");
   if (view.status === "running") inferRunning();
   else for (const [id, state] of Object.entries(run.states)) if (state === "running") setState(id, "pending");
 }
