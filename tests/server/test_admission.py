@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from taskdecomp.errors import ConfigError
 from taskdecomp.run import RunId
 from taskdecomp.server import ServerConfig
 from taskdecomp.server.config import DEFAULT_MAX_QUEUED, DEFAULT_MAX_RUNNING
@@ -120,6 +121,8 @@ def test_cancel_of_a_queued_run_ends_it_cancelled_without_running(
     with one_slot.client() as client:
         first = blocked(client)
         run_id = start(client, "a dag run")["run_id"]
+        early = client.post(f"/runs/{run_id}/resume")
+        assert early.status_code == 409 and "waits in this server's queue" in early.json()["detail"]
         cancelled = client.post(f"/runs/{run_id}/cancel")
         assert cancelled.status_code == 200, cancelled.text
         view = cancelled.json()
@@ -201,3 +204,9 @@ def test_serve_states_its_admission_limits(capsys: pytest.CaptureFixture[str]) -
     code, out, _err = cli(capsys, "serve", "--help")
     assert code == 0
     assert f"[default: {DEFAULT_MAX_RUNNING}]" in out and f"[default: {DEFAULT_MAX_QUEUED}]" in out
+
+
+@pytest.mark.parametrize(("running", "waiting"), [(0, 10), (1, -1)])
+def test_limits_out_of_range_are_refused(config: ServerConfig, running: int, waiting: int) -> None:
+    with pytest.raises(ConfigError, match="--max-running must be at least 1"):
+        dataclasses.replace(config, max_running=running, max_queued=waiting)
