@@ -1,13 +1,18 @@
 """Runs the service executes: started, resumed, approved and cancelled in the background.
 
+A new run is stored ``queued`` and answered at once; it starts when one of the server's
+``max_running`` slots is free, behind at most ``max_queued`` others (:mod:`.admission`,
+:mod:`.queued`).
+
 With ``--executor queue`` a new run is submitted to a queue instead (see
 ``docs/scale-out.md``) and ``taskdecomp worker`` processes execute it; its events, status
 and cancel go through the store like those of any other run.
 
-Every run goes through the library's own entry points (:func:`taskdecomp.run`,
-:func:`taskdecomp.resume`, :func:`taskdecomp.approve`, :func:`taskdecomp.reject`) with the
-service's store, so a run the service starts is stored, checkpointed and leased exactly
-like one the CLI starts, and either can see (and, once it is free, continue) the other's.
+Every run goes through the engine's own verbs (:func:`~taskdecomp.engine.continue_run`
+for a queued run, as a queue worker does; :func:`taskdecomp.resume`,
+:func:`taskdecomp.approve`, :func:`taskdecomp.reject`) with the service's store, so a run
+the service starts is stored, checkpointed and leased exactly like one the CLI starts, and
+either can see (and, once it is free, continue) the other's.
 """
 
 from __future__ import annotations
