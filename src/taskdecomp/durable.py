@@ -264,10 +264,11 @@ class Journal:
         Raises:
             LeaseLostError: the run was taken over right after this process acquired it.
         """
-        try:
-            self.store.reopen_run(
-                self.run_id, segment=self.segment, events=self.drain(), lease=self.lease
-            )
+        try:  # async: the first barrier makes it durable, as a new run's row
+            with self.store.batch(durable=self._writer is None):
+                self.store.reopen_run(
+                    self.run_id, segment=self.segment, events=self.drain(), lease=self.lease
+                )
         except LeaseLostError as exc:
             self.lost = exc
             raise

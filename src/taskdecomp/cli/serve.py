@@ -109,6 +109,17 @@ GRACE_SECONDS = 3
     show_default=True,
     help="The most event streams one client address holds at once.",
 )
+@click.option(
+    "--max-running",
+    type=click.IntRange(min=1),
+    help="Runs that execute in the server at once; the rest wait in its queue.  [default: 32]",
+)
+@click.option(
+    "--max-queued",
+    type=click.IntRange(min=0),
+    help="Runs that may wait for a slot; beyond them POST /runs answers 429 with "
+    "Retry-After.  [default: 1000]",
+)
 @DB_OPTION
 def serve_command(
     host: str,
@@ -127,6 +138,8 @@ def serve_command(
     workflow_templates: tuple[str, ...],
     max_streams: int,
     max_streams_per_client: int,
+    max_running: int | None,
+    max_queued: int | None,
     db: str | None,
 ) -> int:
     """Serve the HTTP API, the live event streams and the web page at http://HOST:PORT/.
@@ -162,6 +175,10 @@ def serve_command(
     config = dataclasses.replace(
         config, max_streams=max_streams, max_streams_per_client=max_streams_per_client
     )
+    if max_running is not None:
+        config = dataclasses.replace(config, max_running=max_running)
+    if max_queued is not None:
+        config = dataclasses.replace(config, max_queued=max_queued)
     service = open_service(config)
     where = f"store: {service.store.name}"
     if executor == "queue":

@@ -74,6 +74,7 @@ def create_app(service: Service) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         service.loop = asyncio.get_running_loop()
+        service.runs.readmit()  # runs a stopped server left queued start again
         yield
         await service.shutdown()
 
@@ -158,7 +159,7 @@ def _run_routes(app: FastAPI, service: Service) -> None:
     @app.post("/runs", status_code=202, tags=["runs"], **returns(RunView, 409, 503))
     async def start_run(run: RunIn) -> dict[str, Any]:
         """Start a run in the background; 202 with the stored run."""
-        return await runs.show(await runs.start(run))
+        return await runs.post(run)
 
     @app.get("/runs", tags=["runs"], **returns(RunList, 503))
     async def list_runs(query: Annotated[RunsQuery, Query()]) -> dict[str, Any]:

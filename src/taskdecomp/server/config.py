@@ -43,6 +43,14 @@ CHAT_ACTIONS = (
 )
 """Every structured action the chat agent knows (see ``docs/actions.md``)."""
 
+DEFAULT_MAX_RUNNING = 32
+"""Runs executing at once. Runs mostly wait on models and tools, so many fit, but each
+step's bookkeeping takes the event loop: on two cores, 32 short runs at once finish a burst
+about as fast as any number (``bench/service_admission.py``) and keep memory bounded."""
+
+DEFAULT_MAX_QUEUED = 1000
+"""Runs waiting to start: a waiting run costs a stored row and a few hundred bytes here."""
+
 Executor = Literal["process", "queue"]
 """Where the service's runs execute: in the server process, or on queue workers."""
 
@@ -89,6 +97,9 @@ class ServerConfig:
             into the run's workspace); a workflow without one starts from an empty folder.
         workspaces: the folder runs' workspaces are made in (one per run, named after
             it); ``None``: ``workspaces`` in the data directory.
+        max_running: runs that execute in this process at once (``process``).
+        max_queued: runs that may wait for one of those slots; beyond them a new run
+            is refused with 429.
     """
 
     store_url: str
@@ -117,6 +128,8 @@ class ServerConfig:
     workflows: Mapping[str, str] = field(default_factory=dict)
     workflow_templates: Mapping[str, str] = field(default_factory=dict)
     workspaces: str | None = None
+    max_running: int = DEFAULT_MAX_RUNNING
+    max_queued: int = DEFAULT_MAX_QUEUED
 
     def __post_init__(self) -> None:
         if not self.toolsets:
@@ -137,6 +150,11 @@ class ServerConfig:
         for name in ("max_streams", "max_streams_per_client", "stream_buffer"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1; got {getattr(self, name)}")
+        if self.max_running < 1 or self.max_queued < 0:
+            raise ConfigError(
+                f"--max-running must be at least 1 and --max-queued at least 0; got "
+                f"{self.max_running} and {self.max_queued}"
+            )
         if self.token is not None and not self.token.strip():
             raise ConfigError("TASKDECOMP_API_TOKEN is empty; set a long random value or unset it")
         for name in self.allowed_hosts:

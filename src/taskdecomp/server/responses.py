@@ -199,6 +199,8 @@ class RunView(_Out):
     """Unix time the run was accepted, when it waited to start."""
     queued_seconds: float | None = None
     """How long the run waited before it started executing."""
+    queue_position: int | None = None
+    """1 for the next run to start, while the run waits in this server; else ``null``."""
     state: dict[str, Json]
     """The strategy's own checkpointed state."""
     lease: Lease | None

@@ -1,13 +1,18 @@
 """Runs the service executes: started, resumed, approved and cancelled in the background.
 
+A new run is stored ``queued`` and answered at once; it starts when one of the server's
+``max_running`` slots is free, behind at most ``max_queued`` others (:mod:`.admission`,
+:mod:`.queued`).
+
 With ``--executor queue`` a new run is submitted to a queue instead (see
 ``docs/scale-out.md``) and ``taskdecomp worker`` processes execute it; its events, status
 and cancel go through the store like those of any other run.
 
-Every run goes through the library's own entry points (:func:`taskdecomp.run`,
-:func:`taskdecomp.resume`, :func:`taskdecomp.approve`, :func:`taskdecomp.reject`) with the
-service's store, so a run the service starts is stored, checkpointed and leased exactly
-like one the CLI starts, and either can see (and, once it is free, continue) the other's.
+Every run goes through the engine's own verbs (:func:`~taskdecomp.engine.continue_run`
+for a queued run, as a queue worker does; :func:`taskdecomp.resume`,
+:func:`taskdecomp.approve`, :func:`taskdecomp.reject`) with the service's store, so a run
+the service starts is stored, checkpointed and leased exactly like one the CLI starts, and
+either can see (and, once it is free, continue) the other's.
 """
 
 from __future__ import annotations
@@ -21,17 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from taskdecomp.budget import Budget
-from taskdecomp.engine import Environment, approve, reject, resume, run
+from taskdecomp.engine import Environment, approve, reject, resume
 from taskdecomp.errors import ConfigError
 from taskdecomp.events import Event, Subscriber
 from taskdecomp.models import Model, names_file, resolve_model
 from taskdecomp.run import RunId, RunResult, new_run_id
-from taskdecomp.server import paging
+from taskdecomp.server import paging, queued, trim
+from taskdecomp.server.admission import Admission, Full, Waiting
 from taskdecomp.server.config import ServerConfig
 from taskdecomp.server.problems import Problem, one_line
 from taskdecomp.server.reading import Reads
 from taskdecomp.server.schemas import BudgetIn, RunIn, RunStatus
 from taskdecomp.store import RunState, RunSummary, SqlStore, StoredRun
+from taskdecomp.store.base import NewRun
 from taskdecomp.strategies import registry
 from taskdecomp.tools import Toolset
 
@@ -97,6 +104,11 @@ class RunService:
         self._active: dict[RunId, asyncio.Task[RunResult]] = {}
         self._listeners: dict[RunId, set[asyncio.Event]] = {}
         self._queue_client: Any = None
+        self.admission = Admission(max_running=config.max_running, max_queued=config.max_queued)
+        """The line of runs this server starts, and how many execute at once."""
+        self._submitter = queued.Submitter(store, self._settled)
+        self._trimmer = trim.Trimmer()
+        self._dispatching = False
         self.closing = False
         self.workflow_view: Callable[[StoredRun], dict[str, Any] | None] | None = None
         """A workflow run's phases and tasks for :meth:`view` (set by the workflow routes)."""
@@ -130,8 +142,17 @@ class RunService:
         """Start a run in the background; return its id once it is stored.
 
         Raises:
+            Problem: as :meth:`post`.
+        """
+        return RunId((await self.post(body))["run_id"])
+
+    async def post(self, body: RunIn) -> dict[str, Any]:
+        """Start a run in the background; return it as the API shows it, once it is stored.
+
+        Raises:
             Problem: 422 for an unknown toolset, an unlisted model, a tool not in the
-                toolset or a budget out of range; 503 while shutting down.
+                toolset or a budget out of range; 429 when the queue is full; 503 while
+                shutting down.
         """
         toolset = self._toolset(body.toolset)
         model = self._model(body.model)
@@ -139,28 +160,117 @@ class RunService:
         budget = self._budget(body.budget)
         options = _options(body)
         if self.config.executor == "queue":
-            return await self._submit(body, model, allow, budget, options)
+            return await self.show(await self._submit(body, model, allow, budget, options))
         if body.idempotency_key is not None:
             raise Problem(
                 422, "idempotency_key needs a server that queues runs (serve --executor queue)"
             )
-        run_id = new_run_id()
-        await self._launch(
-            run_id,
-            lambda on_event: run(
-                body.goal,
-                tools=toolset,
-                model=self._resolved(model),
-                allow=allow,
-                budget=budget,
-                on_event=on_event,
-                run_id=run_id,
-                strategy=body.strategy,
-                options=options,
-                env=self.env,
-            ),
+        if not body.goal.strip():
+            raise Problem(422, "goal: the goal is empty; say in words what the run should achieve")
+        new = queued.new_run(
+            new_run_id(),
+            body.goal,
+            toolset=toolset,
+            model=canonical_model(model),
+            allow=allow,
+            budget=budget,
+            strategy=body.strategy,
+            options=options,
         )
-        return run_id
+        waiting = Waiting(run_id=new.run_id, toolset=toolset, model=model)
+        queued_at = await self._enqueue(new, waiting)
+        return self._shown(queued.as_stored(new, queued_at), (queued_at, None))
+
+    async def _enqueue(self, new: NewRun, waiting: Waiting) -> float:
+        """Store ``new`` as queued, to start when a slot is free; return when it was queued.
+
+        Raises:
+            Problem: 503 while shutting down; 429 with ``Retry-After`` when every slot and
+                every place in the line is taken (nothing is stored).
+        """
+        if self.closing:
+            raise Problem(503, "the server is shutting down; try again when it is back")
+        try:
+            self.admission.reserve()
+        except Full as full:
+            raise Problem(
+                429,
+                f"the server is at its limit: {self.admission.running} runs execute and "
+                f"{self.admission.waiting} wait (serve --max-running, --max-queued); "
+                f"try again in {full.retry_after}s",
+                headers={"Retry-After": str(full.retry_after)},
+            ) from None
+        return await self._submitter.submit(new, waiting)
+
+    def _settled(self, waiting: Waiting, stored: bool) -> None:
+        """A posted run is on disk (it takes its place in the line), or failed to be."""
+        if not stored:
+            self.admission.unreserve()
+            return
+        self.admission.add(waiting)
+        if not self._dispatching:  # once the requests that posted them have their answer
+            self._dispatching = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
+
+    def readmit(self) -> int:
+        """Line up the runs a stopped server left queued in its own queue; how many.
+
+        A run whose toolset or model this server does not offer stays queued (for
+        ``taskdecomp resume``, or a server that offers them).
+        """
+        if self.config.executor != "process":
+            return 0
+        found = 0
+        for stale in self.store.stale_runs(queued.LOCAL_QUEUE, grace=0.0):
+            if stale.started or self.admission.holds(stale.run_id):
+                continue  # a run its process was executing shows as interrupted
+            try:
+                toolset, model = self._stored_parts(self.store.load_run(stale.run_id))
+            except Problem:
+                continue
+            if toolset is None:
+                continue  # workflow runs start at once, never from this line
+            self.admission.add(
+                Waiting(run_id=stale.run_id, toolset=toolset, model=model), reserved=False
+            )
+            found += 1
+        self._dispatch()
+        return found
+
+    def _dispatch(self) -> None:
+        """Start waiting runs while slots are free."""
+        self._dispatching = False
+        while not self.closing and (waiting := self.admission.next()) is not None:
+            run_id = waiting.run_id
+            began = asyncio.get_running_loop().time()
+            task = asyncio.create_task(self._execute(waiting), name=f"taskdecomp run {run_id}")
+            self._active[run_id] = task
+            task.add_done_callback(functools.partial(self._freed, run_id, began))
+            self._ring(run_id)
+
+    async def _execute(self, waiting: Waiting) -> RunResult:
+        run_id = waiting.run_id
+        return await queued.execute(
+            run_id,
+            store=self.store,
+            tools=waiting.toolset,
+            model=self._resolved(waiting.model),
+            on_event=lambda _event: self._ring(run_id),
+            env=self.env,
+        )
+
+    def _freed(self, run_id: RunId, began: float, task: asyncio.Task[RunResult]) -> None:
+        """``run_id``'s task ended: its slot goes to the next waiting run.
+
+        The last run of a burst gives the allocator's free pages back (see :mod:`.trim`).
+        """
+        self._ended(run_id, task)
+        loop = asyncio.get_running_loop()
+        self.admission.done(run_id, loop.time() - began)
+        self._dispatch()
+        idle = self.admission.running == 0 and self.admission.waiting == 0
+        if self._trimmer.ended(idle=idle) and not self.closing:
+            loop.run_in_executor(None, trim.trim)
 
     async def launch(self, run_id: RunId, start: Start) -> None:
         """Start a run another entry point builds (a workflow run) the way :meth:`start` does.
@@ -268,30 +378,36 @@ class RunService:
     async def cancel(self, run_id: str) -> None:
         """Cancel a run; it stores itself as ``cancelled`` (resumable).
 
-        A run this process executes is cancelled at once; a queued run ends before it
-        starts, or within a second on the worker that runs it.
+        A run this process executes is cancelled at once; a queued run (in this server's
+        queue or the workers') ends before it starts, or within a second on the worker
+        that runs it.
 
         Raises:
             Problem: 409 when the run is neither executing here nor queued.
         """
-        task = self._active.get(RunId(run_id))
-        if task is None and self.store.queue_of(RunId(run_id)) is not None:
+        rid = RunId(run_id)
+        self.admission.withdraw(rid)  # it never starts here
+        task = self._active.get(rid)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_WAIT)
+        stored = self.store.load_run(rid)
+        status = stored.summary.status
+        queue = self.store.queue_of(rid)
+        if queue is not None and (status == "queued" or queue != queued.LOCAL_QUEUE):
             from taskdecomp.scale.submit import cancel
 
             done = await asyncio.to_thread(cancel, run_id, store=self.store)
-            self._ring(RunId(run_id))
+            self._ring(rid)
             if done == "ended":
                 raise Problem(409, f"run {run_id!r} already ended; nothing to cancel")
             return
         if task is None:
-            stored = self.store.load_run(RunId(run_id))
             raise Problem(
                 409,
                 f"run {run_id!r} is not executing in this server (status "
                 f"{self.status(stored.summary, stored)}); only a running run can be cancelled",
             )
-        task.cancel()
-        await asyncio.wait({task}, timeout=CANCEL_WAIT)
 
     def status(self, summary: RunSummary, stored: StoredRun | None = None) -> str:
         """The status the API shows for a run (see :data:`STATUSES`).
@@ -313,14 +429,31 @@ class RunService:
             RunNotFoundError: no run has this id (404).
         """
         stored = self.store.load_run(RunId(run_id))
+        return self._shown(stored, self.store.queue_times(stored.run_id))
+
+    def _shown(self, stored: StoredRun, times: tuple[float, float | None] | None) -> dict[str, Any]:
+        """``stored`` as the API shows it; ``times``: when it was queued and started."""
         data = stored.to_dict()
         data["stored_status"] = data["status"]
         data["status"] = self.status(stored.summary, stored)
         data["toolset"] = self._toolset_name(stored.tools)
-        data["active"] = self.is_active(run_id)
+        data["active"] = self.is_active(stored.run_id)
         data["workflow"] = self.workflow_view(stored) if self.workflow_view else None
+        data.update(self._queueing(stored.run_id, times))
         data.pop("tools", None)  # a file path on the server: the toolset's name says enough
         return data
+
+    def _queueing(self, run_id: RunId, times: tuple[float, float | None] | None) -> dict[str, Any]:
+        """When the run was queued, how long it waited (or has waited so far), its place."""
+        if times is None:
+            return {"queued_at": None, "queued_seconds": None, "queue_position": None}
+        queued_at, started_at = times
+        waited = (started_at if started_at is not None else self.store.now()) - queued_at
+        return {
+            "queued_at": queued_at,
+            "queued_seconds": round(max(waited, 0.0), 3),
+            "queue_position": self.admission.position(run_id),
+        }
 
     async def show(self, run_id: str) -> dict[str, Any]:
         """:meth:`view`, read on a worker thread (the event loop goes on meanwhile).
@@ -361,6 +494,7 @@ class RunService:
     def begin_shutdown(self) -> None:
         """Refuse new work and cancel every run in flight; each stores itself cancelled."""
         self.closing = True
+        self.admission.clear()  # they stay queued in the store: a restart starts them
         for task in self._active.values():
             task.cancel()
         for bells in self._listeners.values():
@@ -427,6 +561,12 @@ class RunService:
         A task whose run is already stored as ended or paused is only wrapping up (its lease,
         its streams): wait for it briefly rather than report the run as executing.
         """
+        if self.admission.holds(RunId(run_id)):
+            raise Problem(
+                409,
+                f"run {run_id!r} waits in this server's queue and starts when a slot is "
+                f"free; POST /runs/{run_id}/cancel takes it out",
+            )
         stored = self.store.load_run(RunId(run_id))
         task = self._active.get(RunId(run_id))
         if task is not None and stored.summary.status != "running":

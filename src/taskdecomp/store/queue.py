@@ -85,6 +85,21 @@ def queue_of(conn: Connection, run_id: RunId) -> str | None:
     ).scalar_one_or_none()
 
 
+def times(conn: Connection, run_id: RunId) -> tuple[float, float | None] | None:
+    """When ``run_id`` was queued and when it first started (``None``: not yet).
+
+    ``None`` for a run that was never queued.
+    """
+    row = conn.execute(
+        select(_queued.c.enqueued_at, _queued.c.first_started_at).where(
+            _queued.c.run_id == rows.key(run_id)
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    return float(row.enqueued_at), row.first_started_at
+
+
 def admit(
     conn: Connection,
     run_id: RunId,
@@ -176,7 +191,7 @@ def note_delivery(conn: Connection, run_id: RunId, delivery: str) -> None:
 
 
 def stale(conn: Connection, queue: str, *, now: float, grace: float) -> list[Stale]:
-    """Runs of ``queue`` that need delivering.
+    """Runs of ``queue`` that need delivering, in the order they were queued.
 
     Started runs no worker holds any more (the worker died, so its lease ran out, or it
     gave the run up on a store error), and runs still queued ``grace`` seconds after they
@@ -196,6 +211,7 @@ def stale(conn: Connection, queue: str, *, now: float, grace: float) -> list[Sta
                 and_(_runs.c.status == "queued", _queued.c.enqueued_at < now - grace),
             ),
         )
+        .order_by(_queued.c.enqueued_at, _queued.c.run_id)
     ).all()
     return [
         Stale(

@@ -665,11 +665,17 @@ class SqlStore:
     # -- queued runs (taskdecomp.scale) ---------------------------------------------------
 
     def submit_run(
-        self, run: NewRun, *, queue: str, idempotency_key: str | None = None
+        self,
+        run: NewRun,
+        *,
+        queue: str,
+        idempotency_key: str | None = None,
+        now: float | None = None,
     ) -> tuple[RunId, bool]:
         """Store ``run`` as ``queued`` in ``queue``; return its id and whether it is new.
 
         A run submitted before with the same ``idempotency_key`` is returned instead.
+        ``now`` is the time it is queued at (default: now, by the store's clock).
 
         Raises:
             StoreError: the id is taken, or the store cannot be written.
@@ -680,7 +686,7 @@ class SqlStore:
                     raise StoreConfigError(f"a run with id {run.run_id!r} is already stored")
                 return queues.submit(
                     conn, run, queue=queue, idempotency_key=idempotency_key,
-                    now=self.now(),
+                    now=self.now() if now is None else now,
                 )  # fmt: skip
         except StoreError:
             if idempotency_key is None:
@@ -719,6 +725,11 @@ class SqlStore:
         """The queue a run was submitted to, ``None`` when it was not."""
         with self.read() as conn:
             return queues.queue_of(conn, run_id)
+
+    def queue_times(self, run_id: RunId) -> tuple[float, float | None] | None:
+        """When a queued run was queued and first started; ``None`` if it never was queued."""
+        with self.read() as conn:
+            return queues.times(conn, run_id)
 
     def stale_runs(self, queue_name: str, *, grace: float = 10.0) -> list[queues.Stale]:
         """Runs of a queue to deliver again: started and held by no worker, or never sent."""

@@ -166,7 +166,7 @@ async function loadRun(run) {
   $("answer").textContent = view.answer || "";
   const resumable = view.status === "interrupted" || (view.status === "stopped" && ["cancelled", "max_seconds"].includes(view.stop_reason));
   $("resume-run").hidden = !resumable;
-  $("cancel-run").hidden = !(view.status === "running" && view.active);
+  $("cancel-run").hidden = !((view.status === "running" && view.active) || view.status === "queued");
 }
 
 function renderRunHeader(view) {

@@ -1,0 +1,251 @@
+"""Admission benchmark: bursts of concurrent ``POST /runs`` on ``taskdecomp serve``, 127.0.0.1.
+
+    python bench/service_admission.py [--bursts 5] [--burst 200] [--latency-ms 200]
+        [--max-seconds 10] [--serve-arg=--max-running=8 ...]
+
+Starts ``taskdecomp serve`` in a child process on a free loopback port, with a SQLite store
+in a temporary directory and a scripted model that answers after ``--latency-ms`` (a 3-step
+DAG plan and a combine call: two model calls a run). Each burst sends ``--burst`` concurrent
+``POST /runs`` (each run with ``max_seconds`` = ``--max-seconds``), waits until every
+accepted run has ended, lets the server settle, and reads its memory. It prints, per burst
+and in total, p50/p99 of the time to the 202, how many were refused with 429, how runs
+ended (target: none ``max_seconds``), how long they queued, and the server's RSS after each
+burst (target: after the last within 1.5x of after the first), as a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+TOOLS = '''
+def work(name: str) -> dict:
+    """Do a small piece of work."""
+    return {"done": name}
+'''
+
+PLAN = {
+    "kind": "plan",
+    "steps": [
+        {"id": "a", "title": "A", "tool": "work", "args": {"name": "a"}, "depends_on": []},
+        {"id": "b", "title": "B", "tool": "work", "args": {"name": "b"}, "depends_on": []},
+        {"id": "c", "title": "C", "tool": "work", "args": {"name": "c"}, "depends_on": ["a", "b"]},
+    ],
+}
+
+ENDED = ("ok", "stopped", "paused")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key == "VmRSS":
+            return int(value.split()[0]) / 1024
+    return float("nan")
+
+
+@dataclass
+class Burst:
+    """What one burst measured."""
+
+    accept_ms: list[float] = field(default_factory=list)
+    refused: int = 0
+    other: list[str] = field(default_factory=list)
+    reasons: collections.Counter[str] = field(default_factory=collections.Counter)
+    queued_s: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    rss_mib: float = 0.0
+
+
+async def post(client: httpx.AsyncClient, n: int, max_seconds: float, burst: Burst) -> str | None:
+    body = {"goal": f"benchmark {n}", "toolset": "bench", "budget": {"max_seconds": max_seconds}}
+    sent = time.perf_counter()
+    try:
+        response = await client.post("/runs", json=body)
+    except httpx.HTTPError as exc:
+        burst.other.append(f"{type(exc).__name__}: {exc}")
+        return None
+    if response.status_code == 429:
+        burst.refused += 1
+        return None
+    if response.status_code != 202:
+        burst.other.append(f"POST /runs {response.status_code}: {response.text[:200]}")
+        return None
+    burst.accept_ms.append((time.perf_counter() - sent) * 1000)
+    run_id: str = response.json()["run_id"]
+    return run_id
+
+
+async def wait_all(client: httpx.AsyncClient, run_ids: list[str], burst: Burst) -> None:
+    """Poll every accepted run until it has ended, a few requests at a time."""
+    left = list(run_ids)
+    gate = asyncio.Semaphore(16)
+
+    async def look(run_id: str) -> bool:
+        async with gate:
+            view = (await client.get(f"/runs/{run_id}")).json()
+        if view["status"] not in ENDED:
+            return False
+        burst.reasons[view["stop_reason"] or view["status"]] += 1
+        if view.get("queued_seconds") is not None:
+            burst.queued_s.append(view["queued_seconds"])
+        return True
+
+    while left:
+        done = await asyncio.gather(*(look(run_id) for run_id in left))
+        left = [run_id for run_id, ended in zip(left, done, strict=True) if not ended]
+        if left:
+            await asyncio.sleep(0.5)
+
+
+async def one_burst(url: str, args: argparse.Namespace, first: int) -> Burst:
+    burst = Burst()
+    limits = httpx.Limits(max_connections=args.burst + 10, max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        started = time.perf_counter()
+        posted = await asyncio.gather(
+            *(post(client, first + n, args.max_seconds, burst) for n in range(args.burst))
+        )
+        await wait_all(client, [run_id for run_id in posted if run_id], burst)
+        burst.seconds = time.perf_counter() - started
+    return burst
+
+
+async def health_burst(url: str, n: int) -> list[float]:
+    """``n`` concurrent ``GET /health``: the floor this machine and client put under a burst."""
+    limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+
+        async def one() -> float:
+            sent = time.perf_counter()
+            await client.get("/health")
+            return (time.perf_counter() - sent) * 1000
+
+        return list(await asyncio.gather(*(one() for _ in range(n))))
+
+
+def serve(folder: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
+    (folder / "tools.py").write_text(TOOLS)
+    script = {
+        "rules": [
+            {"match": "task decomposition planner", "response": PLAN},
+            {"match": "reporting assistant", "response": "All done."},
+        ],
+        "latency_ms": args.latency_ms,
+    }
+    (folder / "model.json").write_text(json.dumps(script))
+    port = free_port()
+    code = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
+    argv = [
+        sys.executable, "-c", code, "serve", "--port", str(port), "--log-level", "warning",
+        "--tools", f"bench={folder / 'tools.py'}", "--model", f"scripted:{folder / 'model.json'}",
+        "--db", str(folder / "runs.db"), *args.serve_arg,
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKDECOMP_")}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("the server did not come up in 30 s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bursts", type=int, default=5)
+    parser.add_argument("--burst", type=int, default=200, help="concurrent POST /runs a burst")
+    parser.add_argument("--latency-ms", type=float, default=200)
+    parser.add_argument("--max-seconds", type=float, default=10)
+    parser.add_argument("--settle", type=float, default=3, help="seconds before reading RSS")
+    parser.add_argument("--serve-arg", action="append", default=[], help="passed to serve")
+    args = parser.parse_args()
+    bursts: list[Burst] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url = serve(Path(tmp), args)
+        try:
+            idle = rss_mib(proc.pid)
+            floor = asyncio.run(health_burst(url, args.burst))
+            for n in range(args.bursts):
+                burst = asyncio.run(one_burst(url, args, n * args.burst))
+                time.sleep(args.settle)
+                burst.rss_mib = rss_mib(proc.pid)
+                bursts.append(burst)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    report(args, idle, floor, bursts)
+
+
+def report(args: argparse.Namespace, idle: float, floor: list[float], bursts: list[Burst]) -> None:
+    print(
+        f"{args.bursts} bursts of {args.burst} concurrent POST /runs; scripted model "
+        f"{args.latency_ms:g} ms (2 calls a run), max_seconds {args.max_seconds:g}, SQLite, "
+        f"127.0.0.1; serve {' '.join(args.serve_arg) or '(defaults)'}; RSS idle {idle:.0f} MiB"
+    )
+    print(
+        f"{args.burst} concurrent GET /health before the bursts (the floor under a burst "
+        f"here): p50 {percentile(floor, 0.5):.1f} ms, p99 {percentile(floor, 0.99):.1f} ms"
+    )
+    print()
+    print(
+        "| burst | 202 p50 ms | 202 p99 ms | 429 | other errors | ended max_seconds "
+        "| stop reasons | queued p50 s | queued max s | burst s | RSS after MiB |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for n, b in enumerate(bursts, start=1):
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(b.reasons.items()))
+        print(
+            f"| {n} | {percentile(b.accept_ms, 0.5):.1f} | {percentile(b.accept_ms, 0.99):.1f} "
+            f"| {b.refused} | {len(b.other)} | {b.reasons['max_seconds']} | {reasons} "
+            f"| {percentile(b.queued_s, 0.5):.2f} | {max(b.queued_s, default=float('nan')):.2f} "
+            f"| {b.seconds:.1f} | {b.rss_mib:.0f} |"
+        )
+    accepted = [ms for b in bursts for ms in b.accept_ms]
+    print()
+    print(
+        f"all bursts: 202 p50 {percentile(accepted, 0.5):.1f} ms, p99 "
+        f"{percentile(accepted, 0.99):.1f} ms (target <= 200); ended max_seconds "
+        f"{sum(b.reasons['max_seconds'] for b in bursts)} (target 0); 429 "
+        f"{sum(b.refused for b in bursts)}"
+    )
+    if bursts:
+        ratio = bursts[-1].rss_mib / bursts[0].rss_mib
+        print(
+            f"RSS after burst 1 {bursts[0].rss_mib:.0f} MiB, after burst {len(bursts)} "
+            f"{bursts[-1].rss_mib:.0f} MiB: {ratio:.2f}x (target <= 1.5x)"
+        )
+    for error in [e for b in bursts for e in b.other][:5]:
+        print(f"  {error}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""Runs the service stores before it executes them, and how it starts them later.
+
+A new run is stored as ``queued`` in the server's own queue (:data:`LOCAL_QUEUE`: a
+``runs`` row with no lease and a ``queued_runs`` row, as a run submitted to the workers'
+queue is), so it is on disk from its first moment. When it has a slot, :func:`execute`
+takes its lease and notes when it started in one transaction, then continues it with the
+engine's :func:`~taskdecomp.engine.continue_run`, as a resume does: its deadline counts
+from there. A run the server never started (it was stopped first) stays ``queued``: a
+restarted server starts it again, and ``taskdecomp resume`` continues it from anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from taskdecomp import durable, owners, runconfig, stops
+from taskdecomp.budget import Budget, Usage
+from taskdecomp.engine import Environment, continue_run
+from taskdecomp.events import Subscriber
+from taskdecomp.models import Model
+from taskdecomp.run import RunId, RunResult
+from taskdecomp.server.admission import Waiting
+from taskdecomp.store import RunSummary, SqlStore, StoredRun
+from taskdecomp.store.base import NewRun
+from taskdecomp.strategies import registry
+from taskdecomp.tools import Toolset
+
+LOCAL_QUEUE = "serve:process"
+"""The queue name of runs waiting in a server's own process (not on the workers' queue)."""
+
+MAX_RECOVERIES = 3
+"""Times a run's process may die running it before it is parked as ``poisoned``."""
+
+
+def new_run(
+    run_id: RunId,
+    goal: str,
+    *,
+    toolset: Toolset,
+    model: str,
+    allow: Iterable[str] | None,
+    budget: Budget,
+    strategy: str,
+    options: Any,
+) -> NewRun:
+    """What to store of a run that waits for a slot: what :func:`taskdecomp.run` stores."""
+    chosen = registry.strategy(strategy)
+    settings = registry.options_for(chosen, options)
+    return runconfig.new_run(
+        run_id,
+        goal,
+        tools=toolset,
+        model=model,
+        combiner_model=None,
+        allow=toolset.keys() if allow is None else allow,
+        budget=budget,
+        strategy=chosen.name,
+        options=chosen.encode(settings),
+    )
+
+
+class Submitter:
+    """Stores new runs as queued, in groups that share one transaction.
+
+    Every run posted while the group before was being written goes in the next group: a
+    burst of ``POST /runs`` would otherwise wait for the disk once per run, one after the
+    other. Each run is reported to ``settled`` on the event loop, stored or not, whether
+    or not the request that posted it still waits.
+
+    Args:
+        store: the run store.
+        settled: called with each run's waiting entry and whether it is on disk.
+    """
+
+    def __init__(self, store: SqlStore, settled: Callable[[Waiting, bool], None]) -> None:
+        self.store = store
+        self.settled = settled
+        self._pending: list[tuple[NewRun, Waiting, asyncio.Future[float]]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def submit(self, run: NewRun, waiting: Waiting) -> float:
+        """Store ``run`` as queued; return when it was queued, once it is on disk.
+
+        Raises:
+            StoreError: the store cannot be written.
+        """
+        done = asyncio.get_running_loop().create_future()
+        self._pending.append((run, waiting, done))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_groups(), name="store queued runs")
+        return await asyncio.shield(done)
+
+    async def _write_groups(self) -> None:
+        while self._pending:
+            group, self._pending = self._pending, []
+            runs = [run for run, _waiting, _done in group]
+            outcomes: list[float | BaseException]
+            try:
+                outcomes = list(await asyncio.to_thread(self._write, runs))
+            except Exception:  # one bad run must not fail the others: write each alone
+                outcomes = list(await asyncio.gather(*(self._alone(run) for run in runs)))
+            for (_run, _waiting, done), outcome in zip(group, outcomes, strict=True):
+                if isinstance(outcome, float):
+                    done.set_result(outcome)
+                else:
+                    done.set_exception(outcome)
+                    done.exception()  # retrieved: the request that posted it may be gone
+            for (_run, waiting, _done), outcome in zip(group, outcomes, strict=True):
+                self.settled(waiting, isinstance(outcome, float))
+
+    def _write(self, runs: list[NewRun]) -> list[float]:
+        """Store ``runs`` in one transaction; return when each was queued.
+
+        The times are a microsecond apart, so that the queue's order outlives the process.
+        """
+        now = self.store.now()
+        times = [now + n * 1e-6 for n in range(len(runs))]
+        with self.store.batch(durable=True):
+            for run, at in zip(runs, times, strict=True):
+                self.store.submit_run(run, queue=LOCAL_QUEUE, now=at)
+        return times
+
+    async def _alone(self, run: NewRun) -> float | BaseException:
+        try:
+            return (await asyncio.to_thread(self._write, [run]))[0]
+        except Exception as exc:
+            return exc
+
+
+def as_stored(run: NewRun, queued_at: float) -> StoredRun:
+    """``run`` as the store has it from ``queued_at`` until it starts."""
+    summary = RunSummary(
+        run_id=run.run_id,
+        goal=run.goal,
+        status="queued",
+        stop_reason=None,
+        started_at=queued_at,
+        finished_at=None,
+    )
+    return StoredRun(
+        summary=summary,
+        model=run.model,
+        tools=run.tools,
+        config=run.config,
+        segments=0,
+        usage=Usage(),
+        plan=None,
+        history=(),
+        attempts=(),
+    )
+
+
+async def execute(
+    run_id: RunId,
+    *,
+    store: SqlStore,
+    tools: Toolset,
+    model: Model,
+    on_event: Subscriber,
+    env: Environment,
+) -> RunResult:
+    """Start queued run ``run_id`` now: its result, or the stored one if it had ended.
+
+    Nothing between taking the lease and the run's first event waits, so a cancel either
+    finds the run still ``queued`` (the task never began) or stores it ``cancelled``.
+
+    Raises:
+        RunLeasedError: another process took the run first (``taskdecomp resume``).
+    """
+    with store.batch(durable=False):  # the run's first checkpoint makes it durable
+        admission = store.admit_run(
+            run_id,
+            owner=owners.new_owner_id(),
+            ttl=durable.lease_seconds(env.lease_seconds),
+            max_recoveries=MAX_RECOVERIES,
+        )
+    lease = admission.lease
+    if lease is None:  # it ended meanwhile
+        return store.load_run(run_id).result()
+    if admission.start in ("cancelled", "poisoned"):
+        reason, message = (stops.CANCELLED, "cancelled before it started")
+        if admission.start == "poisoned":
+            reason, message = (stops.POISONED, f"its process died {admission.recoveries} times")
+        from taskdecomp.scale.runs import end
+
+        await end(store, lease, reason, message)
+        return store.load_run(run_id).result()
+    return await continue_run(
+        run_id, prepare=_as_is, tools=tools, model=model, on_event=on_event, lease=lease, env=env
+    )
+
+
+def _as_is(stored: StoredRun) -> StoredRun:
+    return stored
