@@ -8,6 +8,7 @@ import logging
 import os
 import subprocess
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +208,29 @@ def test_frozen_dataclasses_are_copied_with_redacted_fields() -> None:
     assert entry.plan_step.args == {"key": "sk-abcdefgh"}
     ok = TraceEntry(step_no=1, step_id="s1", tool="call", args_hash="h", ok=True)
     assert redactor.value(ok) is ok
+
+
+def test_a_record_handed_on_again_comes_back_as_it_was_redacted() -> None:
+    redactor = Redactor.of(["sk-abcdefgh"])
+    leaked = TraceEntry(
+        step_no=1, step_id="s1", tool="t", args_hash="h", ok=False, error="sk-abcdefgh"
+    )
+    redacted = redactor.value(leaked)
+    assert redacted.error == REDACTED
+    assert redactor.value(redacted) is redacted
+    assert redactor.value((redacted,))[0] is redacted
+
+
+def test_a_mutable_dataclass_is_looked_into_every_time() -> None:
+    @dataclass
+    class Box:
+        text: str
+
+    redactor = Redactor.of(["sk-abcdefgh"])
+    box = Box("clean")
+    assert redactor.value(box) is box
+    box.text = "now sk-abcdefgh"
+    assert redactor.value(box).text == f"now {REDACTED}"
 
 
 def test_nothing_to_redact_returns_the_value_itself() -> None:

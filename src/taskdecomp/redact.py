@@ -22,6 +22,7 @@ is the standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -29,7 +30,7 @@ import operator
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 REDACTED = "[redacted]"
@@ -50,6 +51,9 @@ _declared_lock = threading.Lock()
 T = TypeVar("T")
 
 _ATOMS = frozenset({int, float, bool, type(None)})
+MEMO_SIZE = 1024
+"""How many clean frozen dataclass instances a :class:`Redactor` remembers."""
+
 _SHAPES: dict[type, Any] = {}
 """Each type's dataclass field names and their getter (``()`` for other types), found once."""
 
@@ -76,10 +80,17 @@ class Redactor:
 
     Build it with :meth:`from_environ` (or :meth:`of` for given values); an empty one
     (``Redactor()``) changes nothing and costs one check per value.
+
+    It remembers the last :data:`MEMO_SIZE` frozen dataclass instances it made or found
+    clean, so a record handed on again (a trace entry in its event, then its checkpoint,
+    then the run's result) is not looked into again. Frozen records are taken to stay as
+    they are, the dicts inside them included, as the engine's do.
     """
 
     secrets: tuple[str, ...] = ()
     """The values to replace, longest first (a secret inside another goes with it)."""
+    _done: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Frozen dataclass instances known to hold no secret, by id (held, so the id stays theirs)."""
 
     @classmethod
     def of(cls, values: Iterable[str]) -> Redactor:
@@ -141,7 +152,7 @@ class Redactor:
         if shape is None:
             shape = _SHAPES.setdefault(kind, _shape(kind))
         if shape:
-            return self._dataclass(value, *shape)
+            return self._dataclass(value, shape)
         if isinstance(value, str):  # a str subclass (an enum member)
             clean = self.text(value)
             return value if clean is value else clean
@@ -185,29 +196,42 @@ class Redactor:
         new_values = value.values() if values is None else values
         return dict(zip(new_keys, new_values, strict=True))
 
-    def _dataclass(
-        self, value: Any, names: tuple[str, ...], get: Callable[[Any], tuple[Any, ...]]
-    ) -> Any:
+    def _dataclass(self, value: Any, shape: _Shape) -> Any:
+        names, get, frozen = shape
+        done = self._done
+        if frozen and done.get(id(value)) is value:
+            return value
         new = self._items(get(value))
         if new is None:
-            return value
-        clone = copy.copy(value)
-        for name, item in zip(names, new, strict=True):
-            object.__setattr__(clone, name, item)  # frozen: set on the fresh copy only
-        return clone
+            clean = value
+        else:
+            clean = copy.copy(value)
+            for name, item in zip(names, new, strict=True):
+                object.__setattr__(clean, name, item)  # frozen: set on the fresh copy only
+        if frozen:
+            done[id(clean)] = clean
+            if len(done) > MEMO_SIZE:
+                with contextlib.suppress(LookupError, RuntimeError):  # another thread's
+                    del done[next(iter(done))]
+        return clean
 
 
-def _shape(kind: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]] | tuple[()]:
-    """Dataclass ``kind``'s field names and a getter of their values; ``()`` for other types."""
+_Shape = tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]], bool]
+"""A dataclass's field names, a getter of their values, and whether it is frozen."""
+
+
+def _shape(kind: type) -> _Shape | tuple[()]:
+    """Dataclass ``kind``'s :data:`_Shape`; ``()`` for other types."""
     if not dataclasses.is_dataclass(kind):
         return ()
-    names = tuple(field.name for field in dataclasses.fields(kind))
+    names = tuple(f.name for f in dataclasses.fields(kind))
     if not names:
         return ()
+    frozen = bool(getattr(kind, "__dataclass_params__").frozen)  # noqa: B009  # not typed
     get = operator.attrgetter(*names)
     if len(names) == 1:
-        return names, lambda value: (get(value),)
-    return names, get
+        return names, lambda value: (get(value),), frozen
+    return names, get, frozen
 
 
 class RedactingFilter(logging.Filter):
