@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from taskdecomp import run_sync
+from taskdecomp.engine import approve_sync
 from taskdecomp.events import Event, StepFinished
 from taskdecomp.plan import Step
 from taskdecomp.redact import (
@@ -26,6 +27,7 @@ from taskdecomp.redact import (
     is_secret_name,
 )
 from taskdecomp.run import HistoryEntry, TraceEntry
+from taskdecomp.store import open_store
 from tests.clitools import CHILD, cli
 
 LEAKY_TOOLS = '''
@@ -50,6 +52,21 @@ def call_api(name: str) -> str:
     raise RuntimeError("401 from upstream: key " + key + " is revoked")
 '''
 """A toolset that returns the key, raises with it and logs it."""
+
+PUBLISH_TOOLS = '''
+from taskdecomp import tool
+
+
+def note(text: str) -> str:
+    """Say something."""
+    return text
+
+
+@tool(needs_approval=True)
+def publish(key: str) -> str:
+    """Publish with a key (a human approves every call)."""
+    return "published"
+'''
 
 ANSWER_GOAL = "leak the answer"
 ERROR_GOAL = "leak the error"
@@ -286,6 +303,26 @@ def test_events_and_result_of_a_run_hold_no_secret(leaky: tuple[str, str], secre
     assert errors and all(REDACTED in error for error in errors)
     everything = repr(events) + json.dumps([answered.to_dict(), failed.to_dict()])
     assert secret not in everything
+
+
+def test_a_call_approved_with_the_key_in_its_arguments_goes_on(tmp_path: Path, secret: str) -> None:
+    tools = tmp_path / "publish_tools.py"
+    tools.write_text(PUBLISH_TOOLS)
+    plan = _plan({"id": "pub", "title": "p", "tool": "publish", "args": {"key": secret}})
+    script = tmp_path / "publish.json"
+    script.write_text(json.dumps([plan, "published"]))
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    try:
+        paused = run_sync("publish", tools=str(tools), model=f"scripted:{script}", store=store)
+        assert paused.stop_reason == "awaiting_approval"
+        assert paused.approval is not None
+        assert paused.approval["subject"]["args"] == {"key": REDACTED}
+        # the resumed run reads the plan as stored: the approval must still match it
+        approved = approve_sync(paused.run_id, store=store)
+        assert approved.stop_reason == "success", approved.message
+    finally:
+        store.close()
+    assert secret.encode() not in stored_bytes(tmp_path / "runs.db")
 
 
 # -- the command line ------------------------------------------------------------------
