@@ -258,7 +258,9 @@ def test_nothing_to_redact_returns_the_value_itself() -> None:
 # -- logs ------------------------------------------------------------------------------
 
 
-def test_the_log_filter_redacts_messages_arguments_and_tracebacks() -> None:
+def test_the_log_filter_redacts_messages_arguments_and_tracebacks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     secret = new_secret()
     out = io.StringIO()
     handler = logging.StreamHandler(out)
@@ -274,6 +276,7 @@ def test_the_log_filter_redacts_messages_arguments_and_tracebacks() -> None:
         except RuntimeError:
             logger.exception("the call failed")
         logger.warning("nothing secret here")
+        logger.warning("too many arguments for %s", secret, secret)  # reported on stderr
     finally:
         logger.removeHandler(handler)
         logger.propagate = True
@@ -281,6 +284,8 @@ def test_the_log_filter_redacts_messages_arguments_and_tracebacks() -> None:
     assert secret not in text
     assert f"using {REDACTED}" in text and f"RuntimeError: refused {REDACTED}" in text
     assert "nothing secret here" in text
+    reported = capsys.readouterr().err
+    assert "too many arguments" in reported and secret not in reported
 
 
 # -- a run in Python -------------------------------------------------------------------

@@ -29,7 +29,7 @@ import logging
 import operator
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -51,6 +51,8 @@ _declared_lock = threading.Lock()
 T = TypeVar("T")
 
 _ATOMS = frozenset({int, float, bool, type(None)})
+"""Types that hold no text."""
+
 MEMO_SIZE = 1024
 """How many clean frozen dataclass instances a :class:`Redactor` remembers."""
 
@@ -160,7 +162,7 @@ class Redactor:
             return self._mapping(value)
         return value
 
-    def _items(self, items: Iterable[Any]) -> list[Any] | None:
+    def _items(self, items: Collection[Any]) -> list[Any] | None:
         """``items`` redacted, or ``None`` when none of them holds a secret."""
         secrets = self.secrets
         out: list[Any] | None = None
@@ -252,10 +254,14 @@ class RedactingFilter(logging.Filter):
         redactor = self.redactor
         if not redactor:
             return True
-        message = record.getMessage()
-        clean = redactor.text(message)
-        if clean is not message:
-            record.msg, record.args = clean, None
+        try:
+            message = record.getMessage()
+        except Exception:  # arguments that do not fit: the handler prints both, redacted
+            record.msg, record.args = redactor.value(record.msg), redactor.value(record.args)
+        else:
+            clean = redactor.text(message)
+            if clean is not message:
+                record.msg, record.args = clean, None
         if record.exc_info and record.exc_info[1] is not None:
             text = record.exc_text or logging.Formatter().formatException(record.exc_info)
             clean = redactor.text(text)
