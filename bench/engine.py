@@ -27,6 +27,10 @@
     (two model latencies and one tool latency; target: streamed under the ideal), with how
     long before the planner's end the last step's JSON was whole (the most its tool can gain
     from streaming) and the run's three waits alone, without the engine (the floor).
+(f) Redaction of secrets: the same 50-step runs (in memory, and stored on SQLite with async
+    durability) with no secret variable in the environment and with ``OPENAI_API_KEY`` set,
+    interleaved, best of each; the difference is what redacting every event, checkpoint and
+    result costs a step (no secret: nothing to do; a secret: a few microseconds).
 """
 
 from __future__ import annotations
@@ -425,6 +429,43 @@ def stream_rows(repeat: int) -> list[tuple[str, ...]]:
     return rows
 
 
+BENCH_SECRET = "sk-bench-0123456789abcdef"
+
+
+def redaction_rows(repeat: int) -> list[tuple[str, str, str, str]]:
+    tools = Toolset.from_functions([noop_async])
+    cases = {
+        "memory, 50 steps in order": (_plan(50, "noop_async"), False),
+        "memory, 50 steps DAG (all ready)": (_plan(50, "noop_async", dag=True), False),
+        "sqlite async, 50 steps in order": (_plan(50, "noop_async"), True),
+        "sqlite async, 50-step DAG chain": (_dag_chain(50), True),
+    }
+    best = {(case, secret): float("inf") for case in cases for secret in (False, True)}
+    saved = os.environ.pop("OPENAI_API_KEY", None)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            store = open_store(f"sqlite:///{tmp}/redaction.db")
+            for _ in range(repeat * 3):
+                for secret in (False, True):  # a run reads its secrets when it starts
+                    if secret:
+                        os.environ["OPENAI_API_KEY"] = BENCH_SECRET
+                    else:
+                        os.environ.pop("OPENAI_API_KEY", None)
+                    for case, (plan, stored) in cases.items():
+                        run = _timed_run(plan, tools, store=store if stored else None)
+                        best[case, secret] = min(best[case, secret], asyncio.run(run))
+            store.close()
+    finally:
+        os.environ.pop("OPENAI_API_KEY", None)
+        if saved is not None:
+            os.environ["OPENAI_API_KEY"] = saved
+    rows = []
+    for case in cases:
+        plain, redacted = best[case, False] / 50 * 1e6, best[case, True] / 50 * 1e6
+        rows.append((case, f"{plain:.1f} us", f"{redacted:.1f} us", f"{redacted - plain:+.1f} us"))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per figure (best/median)")
@@ -466,6 +507,11 @@ def main() -> None:
     print(f"(e) streamed plans, median of {args.repeat}")
     for label, figure, note, verdict in stream_rows(args.repeat):
         print(f"{label:<44} {figure:>10} {note:>22}  {verdict}")
+    print()
+    print(f"(f) redaction of secrets, per step, best of {args.repeat * 3} interleaved")
+    print(f"{'case':<36} {'no secret':>10} {'a secret':>10} {'cost':>10}")
+    for case, plain, redacted, cost in redaction_rows(args.repeat):
+        print(f"{case:<36} {plain:>10} {redacted:>10} {cost:>10}")
 
 
 if __name__ == "__main__":

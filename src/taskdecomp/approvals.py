@@ -4,8 +4,10 @@ A strategy asks :meth:`Approvals.require` before it acts on something that needs
 (a plan under ``approve_plan``, a call to a ``@tool(needs_approval=True)`` tool). What is
 asked for is identified by a digest of its canonical JSON, so an approval given once is
 never asked again for the same plan or the same call, including after a resume or a crash
-(the approved digests are stored with the run). When it was not approved yet, the request
-becomes the run's pending approval and the run stops with ``awaiting_approval``
+(the approved digests are stored with the run). Given the run's redactor, the digest is of
+the JSON with its secrets replaced, as the run is stored, so an approval still matches once
+a resume reads the plan and the results back from the store. When it was not approved yet,
+the request becomes the run's pending approval and the run stops with ``awaiting_approval``
 (status ``paused``); ``approve`` or ``reject`` decide it later, from any process.
 """
 
@@ -19,7 +21,10 @@ from typing import Any, Literal
 
 from taskdecomp import stops
 from taskdecomp.plan import Plan
+from taskdecomp.redact import Redactor
 from taskdecomp.stops import StopRun
+
+_NONE = Redactor()
 
 ApprovalKind = Literal["plan", "tool"]
 """What waits for a human: a (revised) plan, or one tool call."""
@@ -42,15 +47,18 @@ class ApprovalRequest:
     """What to show the human: ``{"plan": [...]}`` or ``{"step_id", "tool", "args"}``."""
 
     @classmethod
-    def for_plan(cls, plan: Plan) -> ApprovalRequest:
-        """A request to approve ``plan`` (the remaining steps)."""
-        steps = plan.to_list()
+    def for_plan(cls, plan: Plan, *, redactor: Redactor | None = None) -> ApprovalRequest:
+        """A request to approve ``plan`` (the remaining steps), its secrets replaced."""
+        steps = (redactor or _NONE).value(plan.to_list())
         return cls(kind="plan", digest=digest(["plan", steps]), subject={"plan": steps})
 
     @classmethod
-    def for_call(cls, call_id: str, tool: str, args: Mapping[str, Any]) -> ApprovalRequest:
+    def for_call(
+        cls, call_id: str, tool: str, args: Mapping[str, Any], *, redactor: Redactor | None = None
+    ) -> ApprovalRequest:
         """A request to approve calling ``tool`` with ``args`` (``call_id`` names the call)."""
         subject = {"step_id": call_id, "tool": tool, "args": dict(args)}
+        subject = (redactor or _NONE).value(subject)
         return cls(kind="tool", digest=digest(["tool", subject]), subject=subject)
 
     def describe(self) -> str:

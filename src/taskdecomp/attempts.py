@@ -44,8 +44,9 @@ class Attempt:
         Raises:
             StopRun: ``tool_error:<tool>`` saying why the value cannot be stored.
         """
+        what = f"the observation of step {self._start.step_id!r}"
         try:
-            text = encode_json(observation, what=f"the observation of step {self._start.step_id!r}")
+            text = encode_json(self._journal.redactor.value(observation), what=what)
         except StoreValueError as exc:
             raise StopRun(with_detail("tool_error", tool), message=str(exc)) from exc
         self._observation_json = text
@@ -106,10 +107,11 @@ class Attempt:
     ) -> Callable[[], None]:
         """The write that stores this attempt's end, with what it carries as of now."""
         journal = self._journal
-        if entry.error is not None and len(entry.error) > MAX_STORED_ERROR_CHARS:
-            entry = replace(entry, error=entry.error[:MAX_STORED_ERROR_CHARS] + " [cut]")
         if strategy_state is not None:  # the agent's turn lists grow after this returns
             strategy_state = frozen(strategy_state)
+        entry, history, strategy_state = journal.redactor.value((entry, history, strategy_state))
+        if entry.error is not None and len(entry.error) > MAX_STORED_ERROR_CHARS:
+            entry = replace(entry, error=entry.error[:MAX_STORED_ERROR_CHARS] + " [cut]")
         checkpoint = Checkpoint(
             attempt=self._start,
             attempt_id=self._attempt_id,

@@ -13,6 +13,10 @@ it around every step:
   that ended otherwise. The settings stored with a run are :mod:`taskdecomp.runconfig`; what
   an event record keeps, :mod:`taskdecomp.eventrecords`.
 
+The journal is where a run's record meets the store: every plan, trace and history entry,
+observation, strategy state and result it writes has its secrets replaced first
+(:mod:`taskdecomp.redact`; the events come redacted from the event bus).
+
 A journal holds its run's :class:`~taskdecomp.store.base.Lease`: every write is fenced by it,
 :func:`leased` renews it while the run is in flight and gives it up at the end. Once a write
 or a renewal finds the run taken over, the journal writes nothing more, and every write,
@@ -63,6 +67,7 @@ from taskdecomp.events import (
 )
 from taskdecomp.owners import new_owner_id
 from taskdecomp.plan import Plan, Step, TaskId
+from taskdecomp.redact import Redactor
 from taskdecomp.run import HistoryEntry, RunId, RunResult
 from taskdecomp.stops import StopRun
 from taskdecomp.store.base import (
@@ -173,6 +178,7 @@ class Journal:
         now: wall clock for event times.
         durability: ``async`` hands writes to a group-commit thread; ``sync`` makes each
             one durable before the run goes on.
+        redactor: replaces secrets in what is written; default: the environment's secrets.
     """
 
     def __init__(
@@ -184,8 +190,10 @@ class Journal:
         usage: Callable[[], Usage],
         now: Callable[[], float] = time.time,
         durability: Durability = "sync",
+        redactor: Redactor | None = None,
     ) -> None:
         self.store = store
+        self.redactor = redactor if redactor is not None else Redactor.from_environ()
         self.run_id = lease.run_id
         self.lease = lease
         """The lease as last renewed."""
@@ -280,7 +288,7 @@ class Journal:
             StopRun: ``lease_lost``: another process owns the run.
         """
         events, self._events = self._events, []
-        lease = self.lease
+        lease, plan = self.lease, self.redactor.value(plan)
 
         def write() -> None:
             self.store.save_plan(self.run_id, plan, events=events, lease=lease)
@@ -333,6 +341,7 @@ class Journal:
         """
         usage, events, lease = self.usage(), self.drain(), self.lease
         kept = (state[0], frozen(state[1]), frozen(state[2])) if state else None
+        entry, kept = self.redactor.value((entry, kept))
 
         def save() -> None:
             self.store.save_step(self.run_id, entry, usage=usage, events=events, lease=lease)
@@ -360,7 +369,7 @@ class Journal:
         Raises:
             StopRun: ``lease_lost``: another process owns the run; nothing was written.
         """
-        state, approvals = frozen(state), frozen(approvals)
+        plan, state, approvals = self.redactor.value((plan, frozen(state), frozen(approvals)))
         usage, events, lease = self.usage(), self.drain(), self.lease
         self.record(
             lambda: self.store.save_state(
@@ -380,9 +389,9 @@ class Journal:
         """Store how the run ended, which ends the lease; return the result to hand back.
 
         ``approvals`` are stored with it when the run had any. The result is ``result``
-        itself, unless another process owns the run: then nothing is stored and the result
-        is a ``lease_lost`` stop naming the new owner. The end is on disk, with every write
-        queued before it (in one commit), when this returns.
+        as stored (its secrets replaced), unless another process owns the run: then nothing
+        is stored and the result is a ``lease_lost`` stop naming the new owner. The end is on
+        disk, with every write queued before it (in one commit), when this returns.
 
         Raises:
             StoreError: a queued write failed, or the end cannot be stored.
@@ -390,6 +399,7 @@ class Journal:
         if self.lost is None and self.failed is not None:
             self.close_writer()
             raise self.failed
+        result, approvals = self.redactor.value((result, approvals))
         if self.lost is None:
             events, lease = self.drain(), self.lease
 

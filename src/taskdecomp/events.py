@@ -2,7 +2,8 @@
 
 Events are frozen records. :class:`EventBus` hands each one to its subscribers in order; a
 subscriber that raises is logged and the run goes on, so a broken display can never change
-how a run ends.
+how a run ends. With a :class:`~taskdecomp.redact.Redactor`, every subscriber (the journal,
+the CLI, the service, telemetry) gets the event with its secrets replaced.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from taskdecomp.stops import LlmPhase
 
 if TYPE_CHECKING:
     from taskdecomp.approvals import ApprovalRequest
+    from taskdecomp.redact import Redactor
     from taskdecomp.run import RunId, RunResult, TraceEntry
 
 logger = logging.getLogger(__name__)
@@ -170,10 +172,18 @@ Subscriber = Callable[[Event], None]
 
 
 class EventBus:
-    """Delivers events to subscribers, synchronously and in order."""
+    """Delivers events to subscribers, synchronously and in order.
 
-    def __init__(self, subscribers: list[Subscriber] | None = None) -> None:
+    Args:
+        subscribers: receive every event.
+        redactor: replaces secrets in each event before any subscriber sees it.
+    """
+
+    def __init__(
+        self, subscribers: list[Subscriber] | None = None, *, redactor: Redactor | None = None
+    ) -> None:
         self._subscribers: list[Subscriber] = list(subscribers or [])
+        self._redact = redactor.value if redactor else None
 
     def subscribe(self, subscriber: Subscriber) -> None:
         """Add a subscriber; it receives every later event."""
@@ -181,6 +191,8 @@ class EventBus:
 
     def emit(self, event: Event) -> None:
         """Hand ``event`` to every subscriber; a failing subscriber is logged, not raised."""
+        if self._redact is not None:
+            event = self._redact(event)
         for subscriber in self._subscribers:
             try:
                 subscriber(event)

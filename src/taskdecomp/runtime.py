@@ -35,6 +35,7 @@ from taskdecomp.models.base import (
     estimate_tokens,
 )
 from taskdecomp.plan import Plan, Step
+from taskdecomp.redact import Redactor
 from taskdecomp.run import HistoryEntry, RunId, TraceEntry
 from taskdecomp.stops import StopRun, with_detail
 
@@ -84,6 +85,8 @@ class RunContext:
     """What a human approved, and what waits for one."""
     agent: StepAgent | None = None
     """Carries out instruction steps (the ``replan`` strategy's executor agent)."""
+    redactor: Redactor = field(default_factory=Redactor.from_environ)
+    """Replaces secrets in what the run records: its events, its journal, its result."""
 
     def step_finished(
         self,

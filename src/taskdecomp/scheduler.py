@@ -313,7 +313,7 @@ def _approve(ctx: RunContext, step_id: str, tool: str, args: Mapping[str, Any]) 
     """
     spec = ctx.gateway.toolset.get(tool)
     if spec is not None and spec.needs_approval:
-        ctx.approvals.require(ApprovalRequest.for_call(step_id, tool, args))
+        ctx.approvals.require(ApprovalRequest.for_call(step_id, tool, args, redactor=ctx.redactor))
 
 
 def waits_for_approval(step: Step, ctx: RunContext) -> StopRun | None:

@@ -186,7 +186,13 @@ def load_settings() -> Settings:
 
 
 def _configure() -> None:
-    """Put the settings to use: ``TASKDECOMP_DEBUG`` and the embedded model's defaults."""
+    """Put the settings to use: ``TASKDECOMP_DEBUG`` and the embedded model's defaults.
+
+    Log handlers redact secrets from here on (:func:`taskdecomp.redact.install_log_filter`).
+    """
+    from taskdecomp import redact
+
+    redact.install_log_filter()
     try:
         settings = load_settings()
     except ConfigError:
@@ -247,8 +253,11 @@ def _stderr_handler() -> logging.Handler:
             except Exception:
                 self.handleError(record)
 
+    from taskdecomp.redact import add_log_filter
+
     handler = StderrHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    add_log_filter(handler)  # tool tracebacks may hold a key
     return handler
 
 

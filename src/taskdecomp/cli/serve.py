@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from taskdecomp import redact
 from taskdecomp.cli import _app
 from taskdecomp.cli._app import (
     BASE_URL_OPTION,
@@ -193,7 +194,7 @@ def serve_command(
             super().handle_exit(sig, frame)
 
     logging.getLogger("taskdecomp").setLevel(logging.INFO)
-    Server(
+    server = Server(
         uvicorn.Config(
             create_app(service),
             host=host,
@@ -202,7 +203,9 @@ def serve_command(
             timeout_graceful_shutdown=GRACE_SECONDS,
             lifespan="on",
         )
-    ).run()
+    )
+    redact.install_log_filter()  # on uvicorn's handlers too, which its Config just made
+    server.run()
     return 0
 
 

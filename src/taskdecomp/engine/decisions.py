@@ -115,7 +115,7 @@ class _Decision:
         pending, stored, edited = self._pending, self._stored, self._edited
         ctx.approvals.grant(pending.digest)
         if edited is not None:
-            ctx.approvals.grant(ApprovalRequest.for_plan(edited).digest)
+            ctx.approvals.grant(ApprovalRequest.for_plan(edited, redactor=ctx.redactor).digest)
         ctx.events.emit(
             ApprovalDecided(
                 run_id=ctx.run_id, digest=pending.digest, approved=True, edited=edited is not None

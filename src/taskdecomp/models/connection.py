@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from taskdecomp import redact
 from taskdecomp.errors import ConfigError
 
 
@@ -40,11 +41,15 @@ class Connection:
     def api_key(self) -> str | None:
         """The key from :attr:`api_key_env` (``None`` when no variable is named).
 
+        The variable counts as a secret from then on, whatever its name
+        (:func:`taskdecomp.redact.declare`): runs replace its value in what they record.
+
         Raises:
             ConfigError: the variable is named but not set.
         """
         if self.api_key_env is None:
             return None
+        redact.declare(self.api_key_env)
         key = os.environ.get(self.api_key_env)
         if not key:
             raise ConfigError(

@@ -21,6 +21,7 @@ from taskdecomp.events import ApprovalRequested, EventBus, RunStarted, RunStoppe
 from taskdecomp.gateway import ToolGateway
 from taskdecomp.models import Model
 from taskdecomp.plan import Plan
+from taskdecomp.redact import Redactor
 from taskdecomp.run import RunId, RunResult, RunStatus
 from taskdecomp.runtime import RunContext
 from taskdecomp.stops import LlmPhase, StopReason, StopRun
@@ -77,8 +78,12 @@ def build_context(
     on_event: Subscriber | None,
     run_id: RunId,
 ) -> RunContext:
-    """A fresh :class:`~taskdecomp.runtime.RunContext` for one run (or one resume)."""
+    """A fresh :class:`~taskdecomp.runtime.RunContext` for one run (or one resume).
+
+    The secrets it redacts are read from the environment here, once for the run.
+    """
     meter = Meter(budget=budget)
+    redactor = Redactor.from_environ()
     return RunContext(
         run_id=run_id,
         goal=goal,
@@ -90,7 +95,8 @@ def build_context(
             max_workers=budget.max_parallel,
         ),
         meter=meter,
-        events=EventBus([on_event] if on_event else []),
+        events=EventBus([on_event] if on_event else [], redactor=redactor),
+        redactor=redactor,
     )
 
 
@@ -108,7 +114,9 @@ def attach_journal(
     def usage() -> Usage:
         return ctx.meter.snapshot(seconds=ctx.clock() - started)
 
-    journal = Journal(store, lease, segment=segment, usage=usage, durability=durability)
+    journal = Journal(
+        store, lease, segment=segment, usage=usage, durability=durability, redactor=ctx.redactor
+    )
     ctx.events.subscribe(journal)
     ctx.journal = journal
     return journal
@@ -172,7 +180,10 @@ def _skipped_note(toolset: Toolset, outcome: Outcome) -> str | None:
 
 
 def finish(ctx: RunContext, outcome: Outcome, started: float) -> RunResult:
-    """The run's result: emitted as ``RunStopped`` and stored when the run has a journal."""
+    """The run's result: emitted as ``RunStopped`` and stored when the run has a journal.
+
+    Its secrets are replaced (:mod:`taskdecomp.redact`): the caller gets what was stored.
+    """
     pending = ctx.approvals.pending if outcome.reason == stops.AWAITING_APPROVAL else None
     result = RunResult(
         run_id=ctx.run_id,
@@ -188,6 +199,7 @@ def finish(ctx: RunContext, outcome: Outcome, started: float) -> RunResult:
         usage=ctx.meter.snapshot(seconds=ctx.clock() - started),
         approval=pending.to_dict() if pending is not None else None,
     )
+    result = ctx.redactor.value(result)
     if pending is not None:
         ctx.events.emit(ApprovalRequested(run_id=ctx.run_id, request=pending))
     ctx.events.emit(RunStopped(run_id=ctx.run_id, result=result))

@@ -300,7 +300,8 @@ class _Loop:
     def _gate(self) -> None:
         if not self.state.gate:
             return
-        self.ctx.approvals.require(ApprovalRequest.for_plan(self._pending_plan()))
+        pending = self._pending_plan()
+        self.ctx.approvals.require(ApprovalRequest.for_plan(pending, redactor=self.ctx.redactor))
         self.state.gate = False
         self._save()
 
