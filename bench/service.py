@@ -9,6 +9,17 @@ call: two model calls each) and follows each one's event stream to its end, unti
 runs are done. It prints runs per second, p50/p99 of the time to start a run (the 202) and to
 its first event, the errors (target: none) and the server's memory. Every request goes to
 127.0.0.1 and the whole benchmark stops within ``--deadline`` seconds.
+
+The service's targets under load are measured by three companion scripts, each on its own
+server; ``python bench/service.py --suite`` runs them one after another with their defaults
+(about ten minutes here), after this one:
+
+- ``bench/service_reads.py``: ``GET /runs`` over 100,000 stored runs, alone and under 100
+  clients, and ``/health`` meanwhile;
+- ``bench/service_streams.py``: ``/health`` with 2,000 idle event streams open, and 500
+  streams on one live run receiving the identical, complete sequence;
+- ``bench/service_admission.py``: five bursts of 200 concurrent ``POST /runs``: the 202's
+  latency, the 429s, no run ended by waiting, and the server's memory after each burst.
 """
 
 from __future__ import annotations
@@ -159,6 +170,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--latency-ms", type=float, default=200)
     parser.add_argument("--deadline", type=float, default=600)
+    parser.add_argument(
+        "--suite", action="store_true", help="then run the reads, streams and admission scripts"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = serve(Path(tmp), args.latency_ms)
@@ -170,6 +184,18 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=30)
     report(args, load, wall, idle, busy)
+    if args.suite:
+        suite()
+
+
+COMPANIONS = ("service_reads.py", "service_streams.py", "service_admission.py")
+
+
+def suite() -> None:
+    """Run the companion scripts in turn; stop at the first that fails."""
+    for name in COMPANIONS:
+        print(f"\n## {name}\n", flush=True)
+        subprocess.run([sys.executable, str(Path(__file__).with_name(name))], check=True)
 
 
 def report(args: Any, load: Load, wall: float, idle: dict[str, int], busy: dict[str, int]) -> None:

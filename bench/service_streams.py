@@ -146,7 +146,9 @@ class Stream:
     async def open(self) -> None:
         """Connect, ask for the stream, read its status line; then read on in a task."""
         reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        self.writer.write(f"GET {self.path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        self.writer.write(
+            f"GET {self.path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n\r\n".encode()
+        )
         await self.writer.drain()
         head = await reader.readuntil(b"\r\n\r\n")
         self.status = int(head.split(b" ", 2)[1])
@@ -296,6 +298,8 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=30)
     report(args, idle, live)
+    if idle["ok"] < args.idle or live["identical"] < args.live or not live["complete"]:
+        raise SystemExit("FAILED: a stream was refused, or one missed events (see the table)")
 
 
 def report(args: Any, idle: dict[str, Any], live: dict[str, Any]) -> None:
