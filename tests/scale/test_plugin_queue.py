@@ -36,7 +36,8 @@ def test_a_worker_runs_a_submitted_run_of_the_plugins_strategy(
     assert {ended[i].stop_reason for i in ids} == {"success"}
     one = cluster.store.load_run(ended[ids[0]].run_id)
     assert one.config["strategy"] == "one_call"
-    assert json.loads(one.answer or "") == {"last": "queued", "notes": 1}
+    answer = json.loads(one.answer or "")
+    assert answer["last"] == "queued" and 1 <= answer["notes"] <= 4  # the runs run at once
     three = cluster.store.load_run(ended[ids[1]].run_id)
     assert three.answer == "queued said three times, via http://127.0.0.1:9/v1"
     written = (notes / "notes.txt").read_text().splitlines()  # the two runs interleave
