@@ -192,5 +192,23 @@ async def execute(
     )
 
 
+async def refuse(
+    run_id: RunId, *, store: SqlStore, env: Environment, reason: stops.StopReason, message: str
+) -> RunResult:
+    """End queued run ``run_id`` with ``reason`` without running anything of it."""
+    with store.batch(durable=False):
+        admission = store.admit_run(
+            run_id,
+            owner=owners.new_owner_id(),
+            ttl=durable.lease_seconds(env.lease_seconds),
+            max_recoveries=MAX_RECOVERIES,
+        )
+    if admission.lease is not None:
+        from taskdecomp.scale.runs import end
+
+        await end(store, admission.lease, reason, message)
+    return store.load_run(run_id).result()
+
+
 def _as_is(stored: StoredRun) -> StoredRun:
     return stored

@@ -25,9 +25,10 @@ from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
+from taskdecomp import stops
 from taskdecomp.budget import Budget
 from taskdecomp.engine import Environment, approve, reject, resume
-from taskdecomp.errors import ConfigError
+from taskdecomp.errors import ConfigError, CorruptRecordError, StoreError
 from taskdecomp.events import Event, Subscriber
 from taskdecomp.models import Model, names_file, resolve_model
 from taskdecomp.run import RunId, RunResult, new_run_id
@@ -67,6 +68,11 @@ def canonical_model(spec: str) -> str:
     return spec
 
 
+RETRY_FIRST_SECONDS = 0.5
+RETRY_MAX_SECONDS = 30.0
+"""How long a queued run waits before it tries to start again after a store failure:
+doubled at each failure, up to the maximum."""
+
 _WRAP_UP_SECONDS = 5.0
 """How long a request waits for a run task that has stored its end to finish wrapping up."""
 
@@ -101,7 +107,8 @@ class RunService:
         self.models = {canonical_model(spec): spec for spec in config.models}
         """Canonical model name -> the operator's model string."""
         self._toolset_names = {ts.source: name for name, ts in self.toolsets.items()}
-        self._active: dict[RunId, asyncio.Task[RunResult]] = {}
+        self._active: dict[RunId, asyncio.Task[RunResult | None]] = {}
+        self._made: set[str] = set()
         self._listeners: dict[RunId, set[asyncio.Event]] = {}
         self._queue_client: Any = None
         self.admission = Admission(max_running=config.max_running, max_queued=config.max_queued)
@@ -177,6 +184,7 @@ class RunService:
             strategy=body.strategy,
             options=options,
         )
+        self._makes(model)
         waiting = Waiting(run_id=new.run_id, toolset=toolset, model=model)
         queued_at = await self._enqueue(new, waiting)
         return self._shown(queued.as_stored(new, queued_at), (queued_at, None))
@@ -248,18 +256,59 @@ class RunService:
             task.add_done_callback(functools.partial(self._freed, run_id, began))
             self._ring(run_id)
 
-    async def _execute(self, waiting: Waiting) -> RunResult:
-        run_id = waiting.run_id
-        return await queued.execute(
-            run_id,
-            store=self.store,
-            tools=waiting.toolset,
-            model=self._resolved(waiting.model),
-            on_event=lambda _event: self._ring(run_id),
-            env=self.env,
-        )
+    async def _execute(self, waiting: Waiting) -> RunResult | None:
+        """Run ``waiting`` in its slot.
 
-    def _freed(self, run_id: RunId, began: float, task: asyncio.Task[RunResult]) -> None:
+        A model that cannot be made ends the run ``unavailable:<model>``. A store that fails
+        before the run's first write leaves it ``queued``: it is tried again, in its slot,
+        with a growing pause, until it starts or is no longer queued (cancelled, taken by
+        ``taskdecomp resume``), so no run stays queued with nothing to start it.
+        """
+        run_id = waiting.run_id
+        pause = RETRY_FIRST_SECONDS
+        while not self.closing:
+            try:
+                model = self._resolved(waiting.model)
+            except ConfigError as exc:
+                reason = stops.with_detail("unavailable", waiting.model)
+                return await queued.refuse(
+                    run_id, store=self.store, env=self.env, reason=reason, message=str(exc)
+                )
+            try:
+                return await queued.execute(
+                    run_id,
+                    store=self.store,
+                    tools=waiting.toolset,
+                    model=model,
+                    on_event=lambda _event: self._ring(run_id),
+                    env=self.env,
+                )
+            except StoreError as exc:
+                if isinstance(exc, ConfigError | CorruptRecordError):
+                    raise  # taken by another process, gone, unreadable: nothing to retry
+                logger.warning("run %s could not start (%s); trying again", run_id, exc)
+            if not await self._still_queued(run_id):
+                return None  # it moved on without this server: its stored state says how
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RETRY_MAX_SECONDS)
+        return None
+
+    async def _still_queued(self, run_id: RunId) -> bool:
+        """Whether ``run_id`` is still stored ``queued``, once the store answers again."""
+        pause = RETRY_FIRST_SECONDS
+        while not self.closing:
+            try:
+                stored = await asyncio.to_thread(self.store.load_run, run_id)
+            except StoreError as exc:
+                if isinstance(exc, ConfigError | CorruptRecordError):
+                    return False
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, RETRY_MAX_SECONDS)
+                continue
+            return stored.summary.status == "queued"
+        return False
+
+    def _freed(self, run_id: RunId, began: float, task: asyncio.Task[RunResult | None]) -> None:
         """``run_id``'s task ended: its slot goes to the next waiting run.
 
         The last run of a burst gives the allocator's free pages back (see :mod:`.trim`).
@@ -545,7 +594,7 @@ class RunService:
             if error is not None:
                 raise error
 
-    def _ended(self, run_id: RunId, task: asyncio.Task[RunResult]) -> None:
+    def _ended(self, run_id: RunId, task: asyncio.Task[RunResult | None]) -> None:
         if self._active.get(run_id) is task:
             del self._active[run_id]
         self._ring(run_id)
@@ -583,6 +632,16 @@ class RunService:
                 422, f"unknown toolset {name!r}; registered: {', '.join(sorted(self.toolsets))}"
             )
         return toolset
+
+    def _makes(self, spec: str) -> None:
+        """Check once that model ``spec`` can be made (its key set, its file there).
+
+        Raises:
+            ConfigError: it cannot (409, before the run is stored).
+        """
+        if spec not in self._made:
+            self._resolved(spec)
+            self._made.add(spec)
 
     def _resolved(self, spec: str) -> Model:
         """The model ``spec`` names, connected as the server was told (``--base-url``)."""
