@@ -42,6 +42,11 @@ def test_the_config_refuses_what_cannot_serve() -> None:
         ServerConfig(store_url="x.db", toolsets={"a": "x.py"}, models=("m",), token=" ")
     config = ServerConfig(store_url="x.db", toolsets={"a": "x.py"}, models=("m",), token="s3cr3t")
     assert "s3cr3t" not in repr(config)
+    with pytest.raises(ConfigError, match="TASKDECOMP_API_TOKEN"):  # any page could approve
+        ServerConfig(store_url="x.db", toolsets={"a": "x.py"}, models=("m",), cors_origins=("*",))
+    assert ServerConfig(
+        store_url="x.db", toolsets={"a": "x.py"}, models=("m",), cors_origins=("*",), token="t"
+    ).cors_origins == ("*",)
 
 
 def test_the_server_exports_are_sorted_and_complete() -> None:

@@ -157,6 +157,11 @@ class ServerConfig:
             )
         if self.token is not None and not self.token.strip():
             raise ConfigError("TASKDECOMP_API_TOKEN is empty; set a long random value or unset it")
+        if "*" in self.cors_origins and self.token is None:
+            raise ConfigError(
+                "--cors-origin '*' lets every web page call this server: set "
+                "TASKDECOMP_API_TOKEN too (a page then needs the token), or name the origins"
+            )
         for name in self.allowed_hosts:
             allowed_host(name)
 
