@@ -188,6 +188,45 @@ def test_health_answers_while_a_read_is_held(served: Served, route: str) -> None
         event.remove(Engine, "before_cursor_execute", hold)
 
 
+HELD_ACTIONS = {
+    "/runs/r00042/cancel": "FROM runs",
+    "/runs/r00042/approve": "FROM runs",
+    "/runs/r00042/resume": "FROM runs",
+    "/runs/r00042/reject": "FROM runs",
+    "/plans/{plan}/decompose": "FROM plan_nodes",
+}
+"""Each action route, and a statement of its first store read to hold in the driver."""
+
+
+@pytest.mark.parametrize("route", sorted(HELD_ACTIONS))
+def test_health_answers_while_an_actions_read_is_held(served: Served, route: str) -> None:
+    seed(served.config.store_url, 100)
+    with served.client() as client:
+        plan = client.post("/plans", json={"title": "p", "auto_decompose": False}).json()["id"]
+    path = route.format(plan=plan)
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        if HELD_ACTIONS[route] in " ".join(statement.split()) and not entered.is_set():
+            entered.set()
+            release.wait(60)
+
+    event.listen(Engine, "before_cursor_execute", hold)
+    try:
+        with served.client() as actor, served.client() as prober, ThreadPoolExecutor(1) as pool:
+            body = {"reason": "no"} if path.endswith("/reject") else {}
+            acted = pool.submit(actor.post, path, json=body, timeout=120)
+            assert entered.wait(30), "the action never reached the store"
+            health = prober.get("/health", timeout=20)
+            assert health.status_code == 200 and health.json() == {"ok": True}
+            assert not acted.done(), "the action ended before its read was let go"
+            release.set()
+            assert acted.result(timeout=120).status_code < 500
+    finally:
+        release.set()
+        event.remove(Engine, "before_cursor_execute", hold)
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 

@@ -236,7 +236,7 @@ def _plan_routes(app: FastAPI, service: Service) -> None:
     )
     async def create_plan(plan: PlanIn) -> JSONResponse:
         """Create a plan (create_plan); 202 while it is decomposed in the background."""
-        tree, job = plans.create(
+        tree, job = await plans.create(
             plan.title, plan.instruction, auto=plan.auto_decompose, options=plan.options
         )
         data = await plans.show(tree.id)
@@ -261,7 +261,7 @@ def _plan_routes(app: FastAPI, service: Service) -> None:
     )
     async def decompose_plan(plan_id: int) -> dict[str, Any]:
         """Decompose the whole plan breadth-first (plan_bfs) in the background."""
-        return plans.decompose(plan_id, None).to_dict()
+        return (await plans.decompose(plan_id, None)).to_dict()
 
     @app.post(
         "/plans/{plan_id}/nodes/{node_id}/decompose",
@@ -274,7 +274,7 @@ def _plan_routes(app: FastAPI, service: Service) -> None:
     ) -> dict[str, Any]:
         """Decompose one node (single_node), expand_depth levels deep, in the background."""
         given = request or NodeDecomposeIn()
-        job = plans.decompose(
+        job = await plans.decompose(
             plan_id,
             node_id,
             expand_depth=given.expand_depth,

@@ -150,7 +150,7 @@ class ChatAgent:
     async def _create_plan(self, args: Any) -> Outcome:
         assert isinstance(args, CreatePlanArgs)
         plans = self.service.plans
-        tree, job = plans.create(
+        tree, job = await plans.create(
             args.title, args.instruction, auto=args.auto_decompose, options=None
         )
         made = f"Created plan #{tree.id} {args.title!r}."
@@ -165,7 +165,7 @@ class ChatAgent:
 
     async def _decompose_task(self, args: Any) -> Outcome:
         assert isinstance(args, DecomposeTaskArgs)
-        job = self.service.plans.decompose(
+        job = await self.service.plans.decompose(
             args.plan_id,
             args.node_id,
             expand_depth=args.expand_depth,

@@ -88,7 +88,7 @@ class PlanService:
         self._ids = itertools.count(1)
         self.closing = False
 
-    def create(
+    async def create(
         self,
         title: str,
         instruction: str,
@@ -102,12 +102,13 @@ class PlanService:
         """
         self._open()
         opts = self._options(options)
-        tree = self.repository.create_plan(title, [NewNode(name=title, instruction=instruction)])
+        root = [NewNode(name=title, instruction=instruction)]
+        tree = await asyncio.to_thread(self.repository.create_plan, title, root)
         if not (opts.auto_on_create if auto is None else auto):
             return tree, None
         return tree, self._start(tree.id, None, opts)
 
-    def decompose(
+    async def decompose(
         self,
         plan_id: int,
         node_id: int | None,
@@ -123,7 +124,7 @@ class PlanService:
             Problem: 409 while another decomposition of the plan runs.
         """
         self._open()
-        tree = self.repository.get_plan_tree(PlanTreeId(plan_id))
+        tree = await self.reads(self.repository.get_plan_tree, PlanTreeId(plan_id))
         if node_id is not None and tree.node(NodeId(node_id)) is None:
             raise Problem(404, f"plan {plan_id} has no node {node_id}; GET /plans/{plan_id}/tree")
         opts = dataclasses.replace(

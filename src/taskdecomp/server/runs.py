@@ -422,7 +422,9 @@ class RunService:
             ConfigError: the run is not waiting for approval (409).
         """
         await self._idle(run_id)
-        return reject(run_id, reason=reason, env=self.env)
+        return await asyncio.to_thread(
+            functools.partial(reject, run_id, reason=reason, env=self.env)
+        )
 
     async def cancel(self, run_id: str) -> None:
         """Cancel a run; it stores itself as ``cancelled`` (resumable).
@@ -440,9 +442,9 @@ class RunService:
         if task is not None:
             task.cancel()
             await asyncio.wait({task}, timeout=CANCEL_WAIT)
-        stored = self.store.load_run(rid)
+        stored = await self.reads(self.store.load_run, rid)
         status = stored.summary.status
-        queue = self.store.queue_of(rid)
+        queue = await self.reads(self.store.queue_of, rid)
         if queue is not None and (status == "queued" or queue != queued.LOCAL_QUEUE):
             from taskdecomp.scale.submit import cancel
 
@@ -455,7 +457,8 @@ class RunService:
             raise Problem(
                 409,
                 f"run {run_id!r} is not executing in this server (status "
-                f"{self.status(stored.summary, stored)}); only a running run can be cancelled",
+                f"{await self.reads(self.status, stored.summary, stored)}); only a running "
+                "run can be cancelled",
             )
 
     def status(self, summary: RunSummary, stored: StoredRun | None = None) -> str:
@@ -616,11 +619,11 @@ class RunService:
                 f"run {run_id!r} waits in this server's queue and starts when a slot is "
                 f"free; POST /runs/{run_id}/cancel takes it out",
             )
-        stored = self.store.load_run(RunId(run_id))
+        stored = await self.reads(self.store.load_run, RunId(run_id))
         task = self._active.get(RunId(run_id))
         if task is not None and stored.summary.status != "running":
             await asyncio.wait({task}, timeout=_WRAP_UP_SECONDS)
-            stored = self.store.load_run(RunId(run_id))
+            stored = await self.reads(self.store.load_run, RunId(run_id))
         if self.is_active(run_id):
             raise Problem(409, f"run {run_id!r} is executing in this server now")
         return stored

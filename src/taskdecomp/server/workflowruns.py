@@ -11,6 +11,7 @@ it is listed, streamed, cancelled and resumed like them.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import shutil
@@ -146,7 +147,7 @@ class WorkflowRuns:
         budget = _budget(request.budget, options)
         tasks = _tasks(registered.workflow, request.tasks, options)
         run_id = new_run_id()
-        workspace = self._workspace(registered, run_id)
+        workspace = await asyncio.to_thread(self._workspace, registered, run_id)  # a copy
         try:
             with tempfile.TemporaryDirectory(prefix="taskdecomp-inputs-") as given:
                 await self.runs.launch(
@@ -168,7 +169,9 @@ class WorkflowRuns:
                     ),
                 )
         except BaseException as exc:
-            if not self.runs.is_active(run_id) and not self._stored(run_id):
+            if not self.runs.is_active(run_id) and not await asyncio.to_thread(
+                self._stored, run_id
+            ):
                 shutil.rmtree(workspace, ignore_errors=True)
             if isinstance(exc, ConfigError) and not isinstance(exc, StoreError):
                 raise Problem(422, f"the run cannot start: {exc}") from None  # a tool clash

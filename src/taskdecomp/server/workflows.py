@@ -103,7 +103,7 @@ def add_routes(app: FastAPI, service: Service) -> WorkflowRuns:
             budget=dict(given.budget or {}),
             options=given.options.model_dump(exclude_unset=True) if given.options else {},
         )
-        return service.runs.view(await workflows.start(name, request))
+        return await service.runs.show(await workflows.start(name, request))
 
     return workflows
 
