@@ -117,9 +117,10 @@ class Submitter:
         """
         now = self.store.now()
         times = [now + n * 1e-6 for n in range(len(runs))]
-        with self.store.batch(durable=True):
-            for run, at in zip(runs, times, strict=True):
-                self.store.submit_run(run, queue=LOCAL_QUEUE, now=at)
+        if len(runs) == 1:
+            self.store.submit_run(runs[0], queue=LOCAL_QUEUE, now=times[0])
+        else:
+            self.store.submit_runs(list(zip(runs, times, strict=True)), queue=LOCAL_QUEUE)
         return times
 
     async def _alone(self, run: NewRun) -> float | BaseException:
