@@ -1,7 +1,7 @@
 """Admission benchmark: bursts of concurrent ``POST /runs`` on ``taskdecomp serve``, 127.0.0.1.
 
     python bench/service_admission.py [--bursts 5] [--burst 200] [--latency-ms 200]
-        [--max-seconds 10] [--serve-arg=--max-running=8 ...]
+        [--max-seconds 10] [--serve-arg=--max-running=8 ...] [--profile FILE]
 
 Starts ``taskdecomp serve`` in a child process on a free loopback port, with a SQLite store
 in a temporary directory and a scripted model that answers after ``--latency-ms`` (a 3-step
@@ -11,6 +11,16 @@ accepted run has ended, lets the server settle, and reads its memory. It prints,
 and in total, p50/p99 of the time to the 202, how many were refused with 429, how runs
 ended (target: none ``max_seconds``), how long they queued, and the server's RSS after each
 burst (target: after the last within 1.5x of after the first), as a markdown table.
+
+The client is one keep-alive HTTP/1.1 connection per concurrent request, opened before the
+burst, speaking raw HTTP over asyncio streams: cheap enough (tens of microseconds a
+request) that the times are the server's, not the client's (an httpx client costs a few
+milliseconds of CPU a request, which 200 requests at once turn into hundreds of
+milliseconds). Before each burst the same client sends ``--burst`` concurrent
+``GET /health``: the floor this machine puts under a burst of that size at that moment (on
+shared cores it moves from one minute to the next), printed next to the burst.
+``--profile FILE`` runs the server under cProfile and writes its statistics to ``FILE``
+when it stops (read them with ``python -m pstats FILE``).
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -46,6 +57,18 @@ PLAN = {
 }
 
 ENDED = ("ok", "stopped", "paused")
+
+PROFILED = """
+import cProfile, signal, sys
+from taskdecomp.cli import main
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # uvicorn raises it again once stopped
+profile = cProfile.Profile()
+try:
+    profile.runcall(main, sys.argv[1:])
+finally:
+    profile.dump_stats({out!r})
+"""
+"""The server's code under ``--profile``."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -74,6 +97,8 @@ class Burst:
     """What one burst measured."""
 
     accept_ms: list[float] = field(default_factory=list)
+    health_ms: list[float] = field(default_factory=list)
+    """The same number of concurrent ``GET /health`` just before: the floor at that moment."""
     refused: int = 0
     other: list[str] = field(default_factory=list)
     reasons: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -82,33 +107,86 @@ class Burst:
     rss_mib: float = 0.0
 
 
-async def post(client: httpx.AsyncClient, n: int, max_seconds: float, burst: Burst) -> str | None:
+class Keepalive:
+    """One keep-alive HTTP/1.1 connection over asyncio streams: raw requests, no parsing."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def open(self) -> None:
+        """Connect, unless connected."""
+        if self._streams is None:
+            self._streams = await asyncio.open_connection(self.host, self.port)
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        """The status and body of ``method path`` (``body``: JSON)."""
+        await self.open()
+        assert self._streams is not None
+        reader, writer = self._streams
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+        if body:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        writer.write(head.encode() + b"\r\n" + body)
+        lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        length = next(
+            int(line.partition(":")[2])
+            for line in lines
+            if line.lower().startswith("content-length:")
+        )
+        return int(lines[0].split()[1]), await reader.readexactly(length)
+
+    def close(self) -> None:
+        """Close the connection, if it was opened."""
+        if self._streams is not None:
+            self._streams[1].close()
+            self._streams = None
+
+
+async def connections(url: str, n: int) -> list[Keepalive]:
+    """``n`` open connections to ``url``."""
+    opened = [Keepalive(url) for _ in range(n)]
+    await asyncio.gather(*(connection.open() for connection in opened))
+    return opened
+
+
+async def post(connection: Keepalive, n: int, max_seconds: float, burst: Burst) -> str | None:
     body = {"goal": f"benchmark {n}", "toolset": "bench", "budget": {"max_seconds": max_seconds}}
+    data = json.dumps(body).encode()
     sent = time.perf_counter()
     try:
-        response = await client.post("/runs", json=body)
-    except httpx.HTTPError as exc:
+        status, answer = await connection.request("POST", "/runs", data)
+    except (OSError, asyncio.IncompleteReadError, StopIteration) as exc:
         burst.other.append(f"{type(exc).__name__}: {exc}")
         return None
-    if response.status_code == 429:
+    elapsed = (time.perf_counter() - sent) * 1000
+    if status == 429:
         burst.refused += 1
         return None
-    if response.status_code != 202:
-        burst.other.append(f"POST /runs {response.status_code}: {response.text[:200]}")
+    if status != 202:
+        burst.other.append(f"POST /runs {status}: {answer[:200]!r}")
         return None
-    burst.accept_ms.append((time.perf_counter() - sent) * 1000)
-    run_id: str = response.json()["run_id"]
+    burst.accept_ms.append(elapsed)
+    run_id: str = json.loads(answer)["run_id"]
     return run_id
 
 
-async def wait_all(client: httpx.AsyncClient, run_ids: list[str], burst: Burst) -> None:
-    """Poll every accepted run until it has ended, a few requests at a time."""
+async def wait_all(url: str, run_ids: list[str], burst: Burst) -> None:
+    """Poll every accepted run until it has ended, on a few connections."""
     left = list(run_ids)
-    gate = asyncio.Semaphore(16)
+    idle = await connections(url, 16)
 
     async def look(run_id: str) -> bool:
-        async with gate:
-            view = (await client.get(f"/runs/{run_id}")).json()
+        connection = idle.pop()
+        try:
+            status, answer = await connection.request("GET", f"/runs/{run_id}")
+        finally:
+            idle.append(connection)
+        if status != 200:
+            burst.other.append(f"GET /runs/{run_id} {status}: {answer[:200]!r}")
+            return True
+        view = json.loads(answer)
         if view["status"] not in ENDED:
             return False
         burst.reasons[view["stop_reason"] or view["status"]] += 1
@@ -116,37 +194,52 @@ async def wait_all(client: httpx.AsyncClient, run_ids: list[str], burst: Burst) 
             burst.queued_s.append(view["queued_seconds"])
         return True
 
-    while left:
-        done = await asyncio.gather(*(look(run_id) for run_id in left))
-        left = [run_id for run_id, ended in zip(left, done, strict=True) if not ended]
-        if left:
-            await asyncio.sleep(0.5)
+    try:
+        while left:
+            done = []
+            for start in range(0, len(left), len(idle)):
+                chunk = left[start : start + len(idle)]
+                done += await asyncio.gather(*(look(run_id) for run_id in chunk))
+            left = [run_id for run_id, ended in zip(left, done, strict=True) if not ended]
+            if left:
+                await asyncio.sleep(0.5)
+    finally:
+        for connection in idle:
+            connection.close()
 
 
 async def one_burst(url: str, args: argparse.Namespace, first: int) -> Burst:
     burst = Burst()
-    limits = httpx.Limits(max_connections=args.burst + 10, max_keepalive_connections=0)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+    opened = await connections(url, args.burst)
+    try:
         started = time.perf_counter()
         posted = await asyncio.gather(
-            *(post(client, first + n, args.max_seconds, burst) for n in range(args.burst))
+            *(post(c, first + n, args.max_seconds, burst) for n, c in enumerate(opened))
         )
-        await wait_all(client, [run_id for run_id in posted if run_id], burst)
-        burst.seconds = time.perf_counter() - started
+    finally:
+        for connection in opened:
+            connection.close()
+    await wait_all(url, [run_id for run_id in posted if run_id], burst)
+    burst.seconds = time.perf_counter() - started
     return burst
 
 
 async def health_burst(url: str, n: int) -> list[float]:
-    """``n`` concurrent ``GET /health``: the floor this machine and client put under a burst."""
-    limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=0)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+    """``n`` concurrent ``GET /health``: the floor this machine puts under a burst."""
+    opened = await connections(url, n)
 
-        async def one() -> float:
-            sent = time.perf_counter()
-            await client.get("/health")
-            return (time.perf_counter() - sent) * 1000
+    async def one(connection: Keepalive) -> float:
+        sent = time.perf_counter()
+        status, _answer = await connection.request("GET", "/health")
+        if status != 200:
+            raise SystemExit(f"GET /health answered {status}")
+        return (time.perf_counter() - sent) * 1000
 
-        return list(await asyncio.gather(*(one() for _ in range(n))))
+    try:
+        return list(await asyncio.gather(*(one(connection) for connection in opened)))
+    finally:
+        for connection in opened:
+            connection.close()
 
 
 def serve(folder: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
@@ -161,6 +254,8 @@ def serve(folder: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[byte
     (folder / "model.json").write_text(json.dumps(script))
     port = free_port()
     code = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
+    if args.profile:
+        code = PROFILED.format(out=str(args.profile.absolute()))
     argv = [
         sys.executable, "-c", code, "serve", "--port", str(port), "--log-level", "warning",
         "--tools", f"bench={folder / 'tools.py'}", "--model", f"scripted:{folder / 'model.json'}",
@@ -187,53 +282,62 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=10)
     parser.add_argument("--settle", type=float, default=3, help="seconds before reading RSS")
     parser.add_argument("--serve-arg", action="append", default=[], help="passed to serve")
+    parser.add_argument("--profile", type=Path, help="run the server under cProfile, to FILE")
     args = parser.parse_args()
     bursts: list[Burst] = []
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = serve(Path(tmp), args)
         try:
             idle = rss_mib(proc.pid)
-            floor = asyncio.run(health_burst(url, args.burst))
             for n in range(args.bursts):
+                floor = asyncio.run(health_burst(url, args.burst))
+                time.sleep(args.settle)
                 burst = asyncio.run(one_burst(url, args, n * args.burst))
+                burst.health_ms = floor
                 time.sleep(args.settle)
                 burst.rss_mib = rss_mib(proc.pid)
                 bursts.append(burst)
         finally:
             proc.terminate()
             proc.wait(timeout=60)
-    report(args, idle, floor, bursts)
+    report(args, idle, bursts)
 
 
-def report(args: argparse.Namespace, idle: float, floor: list[float], bursts: list[Burst]) -> None:
+def report(args: argparse.Namespace, idle: float, bursts: list[Burst]) -> None:
     print(
         f"{args.bursts} bursts of {args.burst} concurrent POST /runs; scripted model "
         f"{args.latency_ms:g} ms (2 calls a run), max_seconds {args.max_seconds:g}, SQLite, "
-        f"127.0.0.1; serve {' '.join(args.serve_arg) or '(defaults)'}; RSS idle {idle:.0f} MiB"
+        f"127.0.0.1, one keep-alive connection a request; serve "
+        f"{' '.join(args.serve_arg) or '(defaults)'}; RSS idle {idle:.0f} MiB"
     )
     print(
-        f"{args.burst} concurrent GET /health before the bursts (the floor under a burst "
-        f"here): p50 {percentile(floor, 0.5):.1f} ms, p99 {percentile(floor, 0.99):.1f} ms"
+        f"before each burst, {args.burst} concurrent GET /health with the same client: the "
+        "floor this machine puts under a burst at that moment"
     )
     print()
     print(
-        "| burst | 202 p50 ms | 202 p99 ms | 429 | other errors | ended max_seconds "
-        "| stop reasons | queued p50 s | queued max s | burst s | RSS after MiB |"
+        "| burst | 202 p50 ms | 202 p99 ms | /health p50 ms | /health p99 ms | 429 "
+        "| other errors | ended max_seconds | stop reasons | queued p50 s | queued max s "
+        "| burst s | RSS after MiB |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n, b in enumerate(bursts, start=1):
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(b.reasons.items()))
         print(
             f"| {n} | {percentile(b.accept_ms, 0.5):.1f} | {percentile(b.accept_ms, 0.99):.1f} "
+            f"| {percentile(b.health_ms, 0.5):.1f} | {percentile(b.health_ms, 0.99):.1f} "
             f"| {b.refused} | {len(b.other)} | {b.reasons['max_seconds']} | {reasons} "
             f"| {percentile(b.queued_s, 0.5):.2f} | {max(b.queued_s, default=float('nan')):.2f} "
             f"| {b.seconds:.1f} | {b.rss_mib:.0f} |"
         )
     accepted = [ms for b in bursts for ms in b.accept_ms]
+    health = [ms for b in bursts for ms in b.health_ms]
     print()
     print(
         f"all bursts: 202 p50 {percentile(accepted, 0.5):.1f} ms, p99 "
-        f"{percentile(accepted, 0.99):.1f} ms (target <= 200); ended max_seconds "
+        f"{percentile(accepted, 0.99):.1f} ms (target <= 200; /health floor p50 "
+        f"{percentile(health, 0.5):.1f} ms, p99 {percentile(health, 0.99):.1f} ms); "
+        f"ended max_seconds "
         f"{sum(b.reasons['max_seconds'] for b in bursts)} (target 0); 429 "
         f"{sum(b.refused for b in bursts)}"
     )

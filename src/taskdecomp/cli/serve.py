@@ -153,7 +153,7 @@ def serve_command(
     with needs_extra("serve", "server", "fastapi", "uvicorn"):
         import uvicorn
 
-        from taskdecomp.server import create_app, open_service
+        from taskdecomp.server import create_app, heap, open_service
     if executor == "queue":
         with needs_extra("serve --executor queue", "scale", "dbos"):
             import dbos  # noqa: F401  # the queue: say so before the server starts
@@ -205,6 +205,7 @@ def serve_command(
         )
     )
     redact.install_log_filter()  # on uvicorn's handlers too, which its Config just made
+    heap.freeze()  # everything loaded so far lives as long as the server: stop walking it
     server.run()
     return 0
 

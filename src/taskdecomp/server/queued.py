@@ -33,6 +33,13 @@ LOCAL_QUEUE = "serve:process"
 MAX_RECOVERIES = 3
 """Times a run's process may die running it before it is parked as ``poisoned``."""
 
+QUIET_TURNS = 2
+"""Turns of the event loop without a new run that close a group of runs to store: a
+request read in one turn reaches :meth:`Submitter.submit` in the next."""
+
+GATHER_SECONDS = 0.05
+"""Most seconds the first of a group of runs to store waits for more to join it."""
+
 
 def new_run(
     run_id: RunId,
@@ -66,8 +73,10 @@ class Submitter:
 
     Every run posted while the group before was being written goes in the next group: a
     burst of ``POST /runs`` would otherwise wait for the disk once per run, one after the
-    other. Each run is reported to ``settled`` on the event loop, stored or not, whether
-    or not the request that posted it still waits.
+    other. The first group waits for the requests the loop is still reading (see
+    :meth:`_gather`); a group goes in with two statements (:meth:`SqlStore.submit_runs`).
+    Each run is reported to ``settled`` on the event loop, stored or not, whether or not
+    the request that posted it still waits.
 
     Args:
         store: the run store.
@@ -93,6 +102,7 @@ class Submitter:
         return await asyncio.shield(done)
 
     async def _write_groups(self) -> None:
+        await self._gather()  # later groups gather while the one before is written
         while self._pending:
             group, self._pending = self._pending, []
             runs = [run for run, _waiting, _done in group]
@@ -110,6 +120,22 @@ class Submitter:
             for (_run, waiting, _done), outcome in zip(group, outcomes, strict=True):
                 self.settled(waiting, isinstance(outcome, float))
 
+    async def _gather(self) -> None:
+        """Let the runs of a burst's other requests join the first group while they come.
+
+        The group closes after :data:`QUIET_TURNS` turns of the event loop that bring no
+        new run, or :data:`GATHER_SECONDS` after it opened: no time at all for a lone
+        request, while a burst's runs share one commit instead of its first run waiting
+        for the disk alone and all the others waiting for it, then for their own.
+        """
+        loop = asyncio.get_running_loop()
+        closes = loop.time() + GATHER_SECONDS
+        quiet = 0
+        while quiet < QUIET_TURNS and loop.time() < closes:
+            seen = len(self._pending)
+            await asyncio.sleep(0)  # one turn: the requests read meanwhile reach submit()
+            quiet = quiet + 1 if len(self._pending) == seen else 0
+
     def _write(self, runs: list[NewRun]) -> list[float]:
         """Store ``runs`` in one transaction; return when each was queued.
 
@@ -117,9 +143,10 @@ class Submitter:
         """
         now = self.store.now()
         times = [now + n * 1e-6 for n in range(len(runs))]
-        with self.store.batch(durable=True):
-            for run, at in zip(runs, times, strict=True):
-                self.store.submit_run(run, queue=LOCAL_QUEUE, now=at)
+        if len(runs) == 1:
+            self.store.submit_run(runs[0], queue=LOCAL_QUEUE, now=times[0])
+        else:
+            self.store.submit_runs(list(zip(runs, times, strict=True)), queue=LOCAL_QUEUE)
         return times
 
     async def _alone(self, run: NewRun) -> float | BaseException:

@@ -9,13 +9,14 @@ bookkeeping: the engine that delivers runs to workers only carries run ids.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from sqlalchemy import Connection, and_, insert, or_, select, update
 
 from taskdecomp.run import RunId
-from taskdecomp.store import leases, rows, schema
+from taskdecomp.store import bulk, leases, rows, schema
 from taskdecomp.store.base import Lease, NewRun
 
 _queued = schema.queued_runs
@@ -68,6 +69,26 @@ def submit(
         )
     )
     return run.run_id, True
+
+
+def submit_many(conn: Connection, runs: Sequence[tuple[NewRun, float]], *, queue: str) -> None:
+    """Store ``runs`` as queued in ``queue``, each at its time: two statements for them all.
+
+    An id already stored fails the whole call on the table's key (where :func:`submit`
+    says which run): new ids are random, so the caller that groups runs can afford to
+    store each alone then.
+    """
+    queued = []
+    for run, at in runs:
+        row = rows.new_run(run, now=at)
+        row.update(status="queued", segments=0)
+        queued.append(row)
+    bulk.insert_rows(conn, _runs, queued)
+    entries = [
+        {"run_id": row["id"], "queue": queue, "idempotency_key": None, "enqueued_at": at}
+        for row, (_run, at) in zip(queued, runs, strict=True)
+    ]
+    bulk.insert_rows(conn, _queued, entries)
 
 
 def by_key(conn: Connection, idempotency_key: str) -> RunId | None:

@@ -697,6 +697,17 @@ class SqlStore:
                 raise
             return found, False
 
+    def submit_runs(self, runs: Sequence[tuple[NewRun, float]], *, queue: str) -> None:
+        """Store ``runs`` as ``queued`` in ``queue``, each queued at its time, all at once.
+
+        The same as :meth:`submit_run` for each, in one transaction and two statements.
+
+        Raises:
+            StoreError: an id is taken (nothing is stored), or the store cannot be written.
+        """
+        with self.write() as conn:
+            queues.submit_many(conn, runs, queue=queue)
+
     def admit_run(
         self, run_id: RunId, *, owner: str, ttl: float, max_recoveries: int
     ) -> queues.Admission:
