@@ -154,6 +154,9 @@ def test_every_operation_documents_its_answers_and_its_problems(served: Served) 
     assert "errors" in schemas["Problem"]["properties"]
     operations = [(path, op) for path, item in doc["paths"].items() for op in item.values()]
     assert len(operations) >= 18
+    answers = {op["operationId"]: set(op["responses"]) for _path, op in operations}
+    assert {"202", "429", "403", "415", "421"} <= answers["start_run"]  # admission, guards
+    assert "429" in answers["run_events"]  # the stream caps
     for path, op in operations:
         where = f"{op['operationId']} {path}"
         assert "500" in op["responses"], where

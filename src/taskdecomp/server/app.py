@@ -156,9 +156,9 @@ def _errors(app: FastAPI) -> None:
 def _run_routes(app: FastAPI, service: Service) -> None:
     runs = service.runs
 
-    @app.post("/runs", status_code=202, tags=["runs"], **returns(RunView, 409, 503))
+    @app.post("/runs", status_code=202, tags=["runs"], **returns(RunView, 409, 429, 503))
     async def start_run(run: RunIn) -> dict[str, Any]:
-        """Start a run in the background; 202 with the stored run."""
+        """Store a run and start it when a slot is free; 202 with it, 429 when the line is full."""
         return await runs.post(run)
 
     @app.get("/runs", tags=["runs"], **returns(RunList, 503))
