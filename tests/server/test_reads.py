@@ -337,6 +337,8 @@ def test_bad_limits_cursors_and_parameters_are_422(served: Served) -> None:
                 cursor(["p", 0]),
                 cursor(["p", 2**63]),
                 cursor(["r", 1e400, "r1"]),
+                cursor(["r", 1.0, "a\u0000b"]),  # PostgreSQL's text cannot hold a NUL
+                cursor(["r", 1.0, "a\nb"]),
                 base64.urlsafe_b64encode(b'["r", NaN, "r1"]').decode(),
                 "é",
                 "x" * 1001,

@@ -35,7 +35,10 @@ def run_key(cursor: str | None) -> RunKey | None:
         return None
     match _decode(cursor, "GET /runs"):
         case ["r", int() | float() as started_at, str() as key] if (
-            not isinstance(started_at, bool) and math.isfinite(started_at) and key.isascii()
+            not isinstance(started_at, bool)
+            and math.isfinite(started_at)
+            and key.isascii()
+            and key.isprintable()  # no NUL: PostgreSQL text cannot hold one
         ):
             return RunKey(started_at=float(started_at), id=key)
     raise _refused("GET /runs")
