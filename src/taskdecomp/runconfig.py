@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from taskdecomp.budget import Budget
 from taskdecomp.errors import ConfigError, CorruptRecordError
+from taskdecomp.redact import Redactor
 from taskdecomp.run import RunId
 from taskdecomp.store.base import NewRun, StoredRun
 from taskdecomp.tools import Toolset
@@ -58,6 +59,8 @@ def new_run(
     """What to store when a run starts: enough for a resume to rebuild it.
 
     ``options`` (the strategy's, in their JSON form) are stored under the strategy's name.
+    The values of secret variables in the goal and the options are stored as
+    ``[redacted]`` (:mod:`taskdecomp.redact`).
     """
     config: dict[str, Any] = {
         "budget": asdict(budget),
@@ -69,8 +72,13 @@ def new_run(
         if strategy in config:
             raise ConfigError(f"a strategy may not be called {strategy!r}: the run stores that")
         config[strategy] = dict(options)
+    secrets = Redactor.from_environ()  # a key typed into the goal is stored redacted too
     return NewRun(
-        run_id=run_id, goal=goal, model=model_name(model), tools=tools_name(tools), config=config
+        run_id=run_id,
+        goal=secrets.text(goal),
+        model=model_name(model),
+        tools=tools_name(tools),
+        config=secrets.value(config),
     )
 
 

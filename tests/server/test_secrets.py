@@ -90,6 +90,9 @@ def test_run_views_and_event_streams_never_show_the_key(leaky: Leaky) -> None:
 def test_the_store_and_its_write_ahead_log_never_hold_the_key(leaky: Leaky) -> None:
     leaky.finished(ANSWER_GOAL)
     leaky.finished(ERROR_GOAL)
+    typed = leaky.finished(f"{ANSWER_GOAL} (the key is {leaky.secret})")  # typed into a goal
+    assert typed["goal"].endswith(f"(the key is {REDACTED})")
+    assert leaky.secret not in leaky.client.get("/runs").text
     stored = stored_bytes(leaky.db)  # read while the server runs: its WAL is still there
     assert leaky.db.with_name("runs.db-wal").exists()
     assert leaky.secret.encode() not in stored
