@@ -8,6 +8,8 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -249,3 +251,40 @@ def test_serve_states_its_admission_limits(capsys: pytest.CaptureFixture[str]) -
 def test_limits_out_of_range_are_refused(config: ServerConfig, running: int, waiting: int) -> None:
     with pytest.raises(ConfigError, match="--max-running must be at least 1"):
         dataclasses.replace(config, max_running=running, max_queued=waiting)
+
+
+def test_a_runs_place_is_read_from_another_thread_while_the_line_changes() -> None:
+    """A run view (on a worker thread) asks for a place while the loop adds and withdraws."""
+    from taskdecomp.server.admission import Admission, Waiting
+    from taskdecomp.tools import Toolset
+
+    line = Admission(max_running=1, max_queued=10_000)
+    tools = Toolset.from_functions([])
+    watched = RunId("watched")
+    line.add(Waiting(run_id=watched, toolset=tools, model="m"), reserved=False)
+    stop, failures, places = threading.Event(), [], set()
+
+    def ask() -> None:
+        while not stop.is_set():
+            try:
+                places.add(line.position(watched))
+            except Exception as exc:  # the assert below names it
+                failures.append(exc)
+                return
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    asker = threading.Thread(target=ask)
+    asker.start()
+    try:
+        for n in range(20_000):
+            run_id = RunId(f"r{n}")
+            line.add(Waiting(run_id=run_id, toolset=tools, model="m"), reserved=False)
+            if n % 2:
+                line.withdraw(RunId(f"r{n - 1}"))
+    finally:
+        stop.set()
+        asker.join()
+        sys.setswitchinterval(switch)
+    assert failures == []
+    assert places == {1}  # it stays first: the others come after it

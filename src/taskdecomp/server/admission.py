@@ -4,7 +4,8 @@
 execute at once; at most ``max_queued`` more wait, first come first served; a run beyond
 both is refused before anything is stored (429, with a ``Retry-After`` estimated from how
 long runs have been taking). This module only counts and orders: it does no I/O, and is
-used from the event loop's thread alone.
+changed from the event loop's thread alone (:meth:`Admission.position` may be asked from
+another).
 """
 
 from __future__ import annotations
@@ -110,10 +111,13 @@ class Admission:
 
     def position(self, run_id: RunId) -> int | None:
         """``run_id``'s place in the line, 1 for the next to start; ``None`` if not in it."""
-        for place, waiting in enumerate(self._waiting, start=1):
-            if waiting == run_id:
-                return place
-        return None
+        if run_id not in self._waiting:
+            return None
+        line = tuple(self._waiting)  # one step of the interpreter: a run view asks from a
+        try:  # worker thread while the loop changes the line
+            return line.index(run_id) + 1
+        except ValueError:
+            return None  # it left meanwhile
 
     def clear(self) -> list[Waiting]:
         """Empty the line (the server stops); the runs that were in it."""
