@@ -330,3 +330,50 @@ def test_serve_takes_the_caps_from_its_options(config: ServerConfig, toolset: Pa
     assert "1 event streams open, the limit per client" in second.json()["detail"]
     with pytest.raises(ConfigError, match="max_streams must be at least 1"):
         dataclasses.replace(config, max_streams=0)
+
+
+def test_serve_keeps_its_stream_cap_within_the_open_files_it_may_have(
+    config: ServerConfig, toolset: Path
+) -> None:
+    """Soft limit 200, hard 300: serve raises it to 300 and caps streams at 300 - 128."""
+    import resource
+
+    from taskdecomp.server.descriptors import RESERVED
+    from tests.server.support import free_port, wait_up
+
+    port = free_port()
+    argv = [
+        *CHILD, "serve", "--port", str(port), "--log-level", "warning",
+        "--tools", f"demo={toolset}", "--model", config.models[0], "--db", config.store_url,
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (200, 300)),
+    )
+    socks: list[socket.socket] = []
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_up(url)
+        with httpx.Client(base_url=url, timeout=30) as client:
+            run_id = start(client, "approval")
+            wait_for(lambda: client.get(f"/runs/{run_id}").json()["status"] == "paused")
+            statuses = []
+            for _ in range(300 - RESERVED + 10):
+                sock = socket.create_connection(("127.0.0.1", port))
+                sock.sendall(
+                    f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+                )
+                sock.settimeout(30)
+                statuses.append(sock.recv(64).split(b" ")[1])
+                socks.append(sock)
+            assert client.get("/health").json() == {"ok": True}
+    finally:
+        for sock in socks:
+            sock.close()
+        proc.terminate()
+        _out, err = proc.communicate(timeout=60)
+    assert statuses.count(b"200") == 300 - RESERVED and statuses.count(b"429") == 10
+    assert f"at most {300 - RESERVED} streams" in err and "Too many open files" not in err

@@ -176,6 +176,7 @@ def serve_command(
     config = dataclasses.replace(
         config, max_streams=max_streams, max_streams_per_client=max_streams_per_client
     )
+    config = _within_descriptors(config)
     if max_running is not None:
         config = dataclasses.replace(config, max_running=max_running)
     if max_queued is not None:
@@ -208,6 +209,27 @@ def serve_command(
     heap.freeze()  # everything loaded so far lives as long as the server: stop walking it
     server.run()
     return 0
+
+
+def _within_descriptors(config: Any) -> Any:
+    """``config`` with its stream caps within what the process may open (see ``descriptors``)."""
+    import dataclasses
+
+    from taskdecomp.server.descriptors import make_room
+
+    room = make_room()
+    if config.max_streams <= room.streams:
+        return config
+    click.echo(
+        f"warning: --max-streams {config.max_streams} is more than {room.limit} open files "
+        f"allow; at most {room.streams} streams (raise the limit with ulimit -n)",
+        err=True,
+    )
+    return dataclasses.replace(
+        config,
+        max_streams=room.streams,
+        max_streams_per_client=min(config.max_streams_per_client, room.streams),
+    )
 
 
 def _config(
