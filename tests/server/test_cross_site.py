@@ -11,7 +11,6 @@ import dataclasses
 import functools
 import http.server
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -24,6 +23,7 @@ import pytest
 
 from taskdecomp.server import ServerConfig
 from tests.clitools import CHILD
+from tests.server.browser import chromium_page
 from tests.server.support import TOOLSET, Served, ServeProcess, free_port, run_model, wait_for
 
 TOKEN = "t0ken-" + "y" * 40
@@ -36,12 +36,8 @@ MARKED = TOOLSET.replace(
     '    Path(__file__).with_name("published").write_text(key)\n    return "published " + key',
 )
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-    "--host-resolver-rules=MAP evil.example 127.0.0.1",
-]  # fmt: skip
+REBINDING = ("--host-resolver-rules=MAP evil.example 127.0.0.1",)
+"""evil.example resolves to this machine, as a rebinding attacker's name would."""
 
 # A page on another origin that tries to approve a paused run: a no-cors fetch with a
 # body, one without, and a form that submits itself into an iframe.
@@ -240,19 +236,8 @@ def test_serve_answers_to_allowed_hosts_only(tmp_path: Path, toolset: Path) -> N
 
 @pytest.fixture
 def chromium(tmp_path: Path) -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, args=ARGS, headless=True
-        )
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        try:
-            yield page
-        finally:
-            context.close()
+    with chromium_page(tmp_path / "profile", args=REBINDING) as page:
+        yield page
 
 
 @pytest.fixture

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.server.browser import chromium_page
 from tests.server.support import (
     Served,
     ServeProcess,
@@ -25,12 +25,6 @@ from tests.server.support import (
     wait_for,
     write_script,
 )
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
 
 # Records every state a DAG node takes and every size the plan tree has, with the time.
 WATCH = """
@@ -56,23 +50,11 @@ new MutationObserver((records) => {
 
 @pytest.fixture
 def browser_page(tmp_path: Path) -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, args=ARGS, headless=True
-        )
-        context.add_init_script(WATCH)
-        page = context.new_page()
-        page.set_default_timeout(30_000)
+    with chromium_page(tmp_path / "profile", init_script=WATCH) as page:
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
-        try:
-            yield page
-        finally:
-            context.close()
-        assert errors == [], errors  # the page's scripts never threw
+        yield page
+    assert errors == [], errors  # the page's scripts never threw
 
 
 def test_the_page_follows_runs_approvals_and_a_growing_tree(

@@ -7,7 +7,6 @@ its template; the scripted model of ``examples/workflow`` drives its agents.
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from taskdecomp.errors import ConfigError
 from taskdecomp.server import ServerConfig
 from tests.clitools import cli
 from tests.conftest import EXAMPLES
+from tests.server.browser import chromium_page
 from tests.server.support import Served, ServeProcess, run_model, sse_events, wait_for
 
 SCRIPT = EXAMPLES / "workflow" / "script.json"
@@ -270,26 +270,13 @@ def test_workflow_runs_execute_in_the_server_process() -> None:
         )
 
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
 PAGE = '<!doctype html><meta name="viewport" content="width=device-width"><div id="flow"></div>'
 
 
 @pytest.fixture
 def browser_page(tmp_path: Path) -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, args=ARGS, headless=True
-        )
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        try:
-            yield page
-        finally:
-            context.close()
+    with chromium_page(tmp_path / "profile") as page:
+        yield page
 
 
 def test_the_page_script_draws_a_real_runs_phases_and_tasks(
