@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,42 +37,9 @@ from typing import Any
 
 import httpx
 
-TOOLS = '''
-def work(name: str) -> dict:
-    """Do a small piece of work."""
-    return {"done": name}
-'''
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find ``bench``
 
-PLAN = {
-    "kind": "plan",
-    "steps": [
-        {"id": "a", "title": "A", "tool": "work", "args": {"name": "a"}, "depends_on": []},
-        {"id": "b", "title": "B", "tool": "work", "args": {"name": "b"}, "depends_on": []},
-        {"id": "c", "title": "C", "tool": "work", "args": {"name": "c"}, "depends_on": ["a", "b"]},
-    ],
-}
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def memory_kib(pid: int) -> dict[str, int]:
-    found = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            found[key] = int(value.split()[0])
-    return found
+from bench._serving import WORK_TOOLS, dag_model, memory_kib, percentile, serve
 
 
 class Load:
@@ -134,36 +99,6 @@ async def drive(url: str, runs: int, clients: int, deadline: float) -> tuple[Loa
     return load, time.perf_counter() - started
 
 
-def serve(folder: Path, latency_ms: float) -> tuple[subprocess.Popen[bytes], str]:
-    (folder / "tools.py").write_text(TOOLS)
-    script = {
-        "rules": [
-            {"match": "task decomposition planner", "response": PLAN},
-            {"match": "reporting assistant", "response": "All done."},
-        ],
-        "latency_ms": latency_ms,
-    }
-    (folder / "model.json").write_text(json.dumps(script))
-    port = free_port()
-    code = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
-    argv = [
-        sys.executable, "-c", code, "serve", "--port", str(port), "--log-level", "warning",
-        "--tools", f"bench={folder / 'tools.py'}", "--model", f"scripted:{folder / 'model.json'}",
-        "--db", str(folder / "runs.db"),
-    ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKDECOMP_")}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("the server did not come up in 30 s")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
@@ -175,7 +110,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = serve(Path(tmp), args.latency_ms)
+        proc, url = serve(Path(tmp), WORK_TOOLS, dag_model(args.latency_ms))
         try:
             idle = memory_kib(proc.pid)
             load, wall = asyncio.run(drive(url, args.runs, args.clients, args.deadline))

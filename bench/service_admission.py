@@ -29,32 +29,24 @@ import argparse
 import asyncio
 import collections
 import json
-import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import httpx
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find ``bench``
 
-TOOLS = '''
-def work(name: str) -> dict:
-    """Do a small piece of work."""
-    return {"done": name}
-'''
-
-PLAN = {
-    "kind": "plan",
-    "steps": [
-        {"id": "a", "title": "A", "tool": "work", "args": {"name": "a"}, "depends_on": []},
-        {"id": "b", "title": "B", "tool": "work", "args": {"name": "b"}, "depends_on": []},
-        {"id": "c", "title": "C", "tool": "work", "args": {"name": "c"}, "depends_on": ["a", "b"]},
-    ],
-}
+from bench._serving import (
+    SERVE_CODE,
+    WORK_TOOLS,
+    Keepalive,
+    dag_model,
+    percentile,
+    rss_mib,
+    serve,
+)
 
 ENDED = ("ok", "stopped", "paused")
 
@@ -71,27 +63,6 @@ finally:
 """The server's code under ``--profile``."""
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key == "VmRSS":
-            return int(value.split()[0]) / 1024
-    return float("nan")
-
-
 @dataclass
 class Burst:
     """What one burst measured."""
@@ -105,43 +76,6 @@ class Burst:
     queued_s: list[float] = field(default_factory=list)
     seconds: float = 0.0
     rss_mib: float = 0.0
-
-
-class Keepalive:
-    """One keep-alive HTTP/1.1 connection over asyncio streams: raw requests, no parsing."""
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
-        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-
-    async def open(self) -> None:
-        """Connect, unless connected."""
-        if self._streams is None:
-            self._streams = await asyncio.open_connection(self.host, self.port)
-
-    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        """The status and body of ``method path`` (``body``: JSON)."""
-        await self.open()
-        assert self._streams is not None
-        reader, writer = self._streams
-        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-        if body:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        writer.write(head.encode() + b"\r\n" + body)
-        lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        length = next(
-            int(line.partition(":")[2])
-            for line in lines
-            if line.lower().startswith("content-length:")
-        )
-        return int(lines[0].split()[1]), await reader.readexactly(length)
-
-    def close(self) -> None:
-        """Close the connection, if it was opened."""
-        if self._streams is not None:
-            self._streams[1].close()
-            self._streams = None
 
 
 async def connections(url: str, n: int) -> list[Keepalive]:
@@ -242,36 +176,11 @@ async def health_burst(url: str, n: int) -> list[float]:
             connection.close()
 
 
-def serve(folder: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
-    (folder / "tools.py").write_text(TOOLS)
-    script = {
-        "rules": [
-            {"match": "task decomposition planner", "response": PLAN},
-            {"match": "reporting assistant", "response": "All done."},
-        ],
-        "latency_ms": args.latency_ms,
-    }
-    (folder / "model.json").write_text(json.dumps(script))
-    port = free_port()
-    code = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
-    if args.profile:
-        code = PROFILED.format(out=str(args.profile.absolute()))
-    argv = [
-        sys.executable, "-c", code, "serve", "--port", str(port), "--log-level", "warning",
-        "--tools", f"bench={folder / 'tools.py'}", "--model", f"scripted:{folder / 'model.json'}",
-        "--db", str(folder / "runs.db"), *args.serve_arg,
-    ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKDECOMP_")}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("the server did not come up in 30 s")
+def serve_for(folder: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
+    """The server with ``--latency-ms``, ``--profile`` and ``--serve-arg``."""
+    code = PROFILED.format(out=str(args.profile.absolute())) if args.profile else SERVE_CODE
+    model = dag_model(args.latency_ms)
+    return serve(folder, WORK_TOOLS, model, code=code, extra=args.serve_arg)
 
 
 def main() -> None:
@@ -286,7 +195,7 @@ def main() -> None:
     args = parser.parse_args()
     bursts: list[Burst] = []
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = serve(Path(tmp), args)
+        proc, url = serve_for(Path(tmp), args)
         try:
             idle = rss_mib(proc.pid)
             for n in range(args.bursts):

@@ -24,9 +24,6 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,18 +31,19 @@ from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import httpx
 
 from taskdecomp.run import RunId
 from taskdecomp.store import NewRun, bulk, open_store, rows, schema
 
-TOOLS = '''
-def work(name: str) -> dict:
-    """Do a small piece of work."""
-    return {"done": name}
-'''
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find ``bench``
+
+from bench._serving import WORK_TOOLS, Keepalive, percentile, serve
+
+UNUSED_MODEL = {"rules": [], "default": "unused"}
+"""No run is started: the model is never asked."""
 
 FILTERS = (None, None, None, "ok", "interrupted", "running", "paused")
 """What the walks filter on: mostly the whole list, the rest one status each."""
@@ -53,19 +51,6 @@ FILTERS = (None, None, None, "ok", "interrupted", "running", "paused")
 KINDS = ("ok", "ok", "ok", "stopped", "paused", "queued", "live", "expired", "released")
 """How the stored runs are spread: ``live``, ``expired`` and ``released`` are stored running
 with a lease that holds, one that ran out, and none."""
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def seed(url: str, count: int) -> float:
@@ -98,29 +83,6 @@ def seed(url: str, count: int) -> float:
     return time.perf_counter() - started
 
 
-def serve(folder: Path, db: str) -> tuple[subprocess.Popen[bytes], str]:
-    (folder / "tools.py").write_text(TOOLS)
-    (folder / "model.json").write_text('{"rules": [], "default": "unused"}')
-    port = free_port()
-    code = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
-    argv = [
-        sys.executable, "-c", code, "serve", "--port", str(port), "--log-level", "warning",
-        "--tools", f"bench={folder / 'tools.py'}", "--model", f"scripted:{folder / 'model.json'}",
-        "--db", db,
-    ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKDECOMP_")}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("the server did not come up in 30 s")
-
-
 class Walks:
     """The clients' shared tallies."""
 
@@ -129,38 +91,6 @@ class Walks:
         self.ms: list[float] = []
         self.pages_past_first = 0
         self.errors: list[str] = []
-
-
-class Keepalive:
-    """One keep-alive HTTP/1.1 connection that sends GETs.
-
-    A load generator light enough that 100 clients in one process measure the server, not
-    themselves (httpx costs a few milliseconds of CPU a request).
-    """
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
-        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-
-    async def get(self, path: str) -> tuple[int, bytes]:
-        """The status and body of ``GET path``."""
-        if self._streams is None:
-            self._streams = await asyncio.open_connection(self.host, self.port)
-        reader, writer = self._streams
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n\r\n".encode())
-        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        length = next(
-            int(line.partition(":")[2])
-            for line in head
-            if line.lower().startswith("content-length:")
-        )
-        return int(head[0].split()[1]), await reader.readexactly(length)
-
-    def close(self) -> None:
-        """Close the connection, if it was opened."""
-        if self._streams is not None:
-            self._streams[1].close()
 
 
 async def walk(url: str, walks: Walks, status: str | None) -> None:
@@ -178,7 +108,7 @@ async def walk(url: str, walks: Walks, status: str | None) -> None:
                 walks.pages_past_first += 1
             sent = time.perf_counter()
             try:
-                code, body = await connection.get(f"/runs?{urlencode(params)}")
+                code, body = await connection.request("GET", f"/runs?{urlencode(params)}")
             except (OSError, asyncio.IncompleteReadError) as exc:
                 walks.errors.append(f"{type(exc).__name__}: {exc}")
                 connection.close()
@@ -246,7 +176,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db or f"sqlite:///{Path(tmp) / 'runs.db'}"
         seconds = seed(db, args.runs)
-        proc, url = serve(Path(tmp), db)
+        proc, url = serve(Path(tmp), WORK_TOOLS, UNUSED_MODEL, db=db)
         try:
             alone, quiet = measured(url, 1, args.alone, args.deadline)
             busy, health = measured(url, args.clients, args.busy, args.deadline)

@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find ``bench``
+
+from bench._serving import percentile, serve
 
 TOOLS = '''
 import time
@@ -85,50 +86,15 @@ LIVE_PLAN = {
     ],
 }
 
+MODEL = {
+    "rules": [
+        {"match": "task decomposition planner.*approval", "response": APPROVAL_PLAN},
+        {"match": "task decomposition planner.*live", "response": LIVE_PLAN},
+        {"match": "reporting assistant", "response": "All done."},
+    ]
+}
+
 BUDGET = {"max_plan_steps": LIVE_STEPS, "max_execute_steps": LIVE_STEPS, "max_tool_calls": 40}
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def serve(folder: Path, db: str | None) -> tuple[subprocess.Popen[bytes], str]:
-    (folder / "tools.py").write_text(TOOLS)
-    script = {
-        "rules": [
-            {"match": "task decomposition planner.*approval", "response": APPROVAL_PLAN},
-            {"match": "task decomposition planner.*live", "response": LIVE_PLAN},
-            {"match": "reporting assistant", "response": "All done."},
-        ]
-    }
-    (folder / "model.json").write_text(json.dumps(script))
-    port = free_port()
-    code = "import sys; from taskdecomp.cli import main; main(sys.argv[1:])"
-    argv = [
-        sys.executable, "-c", code, "serve", "--port", str(port), "--log-level", "warning",
-        "--tools", f"bench={folder / 'tools.py'}", "--model", f"scripted:{folder / 'model.json'}",
-        "--db", db or str(folder / "runs.db"),
-    ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKDECOMP_")}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("the server did not come up in 30 s")
 
 
 class Stream:
@@ -291,7 +257,7 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, default=600)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = serve(Path(tmp), args.db)
+        proc, url = serve(Path(tmp), TOOLS, MODEL, db=args.db)
         try:
             idle, live = asyncio.run(drive(url, Path(tmp), args))
         finally:
