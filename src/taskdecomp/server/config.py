@@ -195,16 +195,7 @@ def parse_toolsets(pairs: tuple[str, ...]) -> dict[str, str]:
     Raises:
         ConfigError: a pair has no ``=``, an empty side, or a name given twice.
     """
-    found: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, source = pair.partition("=")
-        name, source = name.strip(), source.strip()
-        if not sep or not name or not source:
-            raise ConfigError(f"--tools {pair!r} is not NAME=PATH (e.g. --tools sales=tools.py)")
-        if name in found:
-            raise ConfigError(f"--tools names {name!r} twice; give each toolset its own name")
-        found[name] = source
-    return found
+    return parse_pairs("--tools", pairs, shape="NAME=PATH (e.g. --tools sales=tools.py)")
 
 
 def _check_workflows(config: ServerConfig) -> None:
@@ -219,8 +210,10 @@ def _check_workflows(config: ServerConfig) -> None:
         )
 
 
-def parse_pairs(option: str, pairs: tuple[str, ...]) -> dict[str, str]:
-    """``NAME=VALUE`` pairs given to ``option`` as a mapping.
+def parse_pairs(
+    option: str, pairs: tuple[str, ...], *, shape: str = "NAME=VALUE"
+) -> dict[str, str]:
+    """``NAME=VALUE`` pairs given to ``option`` as a mapping; ``shape`` says what one is.
 
     Raises:
         ConfigError: a pair has no ``=``, an empty side, or a name given twice.
@@ -230,7 +223,7 @@ def parse_pairs(option: str, pairs: tuple[str, ...]) -> dict[str, str]:
         name, sep, value = pair.partition("=")
         name, value = name.strip(), value.strip()
         if not sep or not name or not value:
-            raise ConfigError(f"{option} {pair!r} is not NAME=VALUE")
+            raise ConfigError(f"{option} {pair!r} is not {shape}")
         if name in found:
             raise ConfigError(f"{option} names {name!r} twice; give each its own name")
         found[name] = value
