@@ -142,8 +142,9 @@ class PlanService:
         Raises:
             TreeNotFoundError: no plan has this id (404).
         """
+        jobs = [job.to_dict() for job in self.jobs(plan_id)]  # first: see show
         data = self.repository.get_plan_tree(PlanTreeId(plan_id)).to_dict()
-        data["jobs"] = [job.to_dict() for job in self.jobs(plan_id)]
+        data["jobs"] = jobs
         return data
 
     async def show(self, plan_id: int) -> dict[str, Any]:
@@ -152,8 +153,12 @@ class PlanService:
         Raises:
             TreeNotFoundError: no plan has this id (404).
         """
+        # The jobs before the tree: a job shown ended has every node it wrote in the tree
+        # read after (the other way round, a job could end between the two reads and be
+        # shown ended beside a tree missing its last nodes).
+        jobs = [job.to_dict() for job in self.jobs(plan_id)]
         data = await self.reads(_tree_data, self.repository, PlanTreeId(plan_id))
-        data["jobs"] = [job.to_dict() for job in self.jobs(plan_id)]
+        data["jobs"] = jobs
         return data
 
     async def listing(self, *, limit: int, cursor: str | None) -> dict[str, Any]:
