@@ -171,6 +171,7 @@ class PlanService:
             Problem: 422 for a cursor this server did not give.
         """
         before = paging.plan_key(cursor)
+        busy = {plan_id for plan_id in self._jobs if self._busy(plan_id)}  # before: see show
         plans, following = await self.reads(
             self.repository.page_plans,
             limit=limit,
@@ -178,7 +179,7 @@ class PlanService:
         )
         return {
             "plans": [
-                {"id": plan_id, "title": title, "nodes": count, "decomposing": self._busy(plan_id)}
+                {"id": plan_id, "title": title, "nodes": count, "decomposing": plan_id in busy}
                 for plan_id, title, count in plans
             ],
             "next_cursor": paging.plan_cursor(following),
