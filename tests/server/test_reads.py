@@ -4,6 +4,7 @@ input is a 422 or a 404 (never a 500 or a 503), on a SQLite file and on PostgreS
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import threading
@@ -151,6 +152,26 @@ def test_plans_page_by_id_newest_first(served: Served) -> None:
 
 # -- the event loop stays free while the store is read -----------------------------------------
 
+
+@contextlib.contextmanager
+def held(fragment: str) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Hold the first statement holding ``fragment`` in the database driver until released:
+    (set once it is held, set it to let it go)."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        if fragment in " ".join(statement.split()) and not entered.is_set():
+            entered.set()
+            release.wait(60)
+
+    event.listen(Engine, "before_cursor_execute", hold)
+    try:
+        yield entered, release
+    finally:
+        release.set()
+        event.remove(Engine, "before_cursor_execute", hold)
+
+
 HELD_READS = {
     "/runs": "ORDER BY runs.started_at DESC",
     "/runs/{run}": "FROM attempts",
@@ -166,26 +187,19 @@ def test_health_answers_while_a_read_is_held(served: Served, route: str) -> None
     with served.client() as client:
         plan = client.post("/plans", json={"title": "p", "auto_decompose": False}).json()["id"]
     path = route.format(run="r00042", plan=plan)
-    entered, release = threading.Event(), threading.Event()
-
-    def hold(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
-        if HELD_READS[route] in " ".join(statement.split()) and not entered.is_set():
-            entered.set()
-            release.wait(60)
-
-    event.listen(Engine, "before_cursor_execute", hold)
-    try:
-        with served.client() as reader, served.client() as prober, ThreadPoolExecutor(1) as pool:
-            read = pool.submit(reader.get, path, timeout=120)
-            assert entered.wait(30), "the read never reached the store"
-            health = prober.get("/health", timeout=20)
-            assert health.status_code == 200 and health.json() == {"ok": True}
-            assert not read.done(), "the read ended before it was let go"
-            release.set()
-            assert read.result(timeout=120).status_code == 200
-    finally:
+    with (
+        held(HELD_READS[route]) as (entered, release),
+        served.client() as reader,
+        served.client() as prober,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        read = pool.submit(reader.get, path, timeout=120)
+        assert entered.wait(30), "the read never reached the store"
+        health = prober.get("/health", timeout=20)
+        assert health.status_code == 200 and health.json() == {"ok": True}
+        assert not read.done(), "the read ended before it was let go"
         release.set()
-        event.remove(Engine, "before_cursor_execute", hold)
+        assert read.result(timeout=120).status_code == 200
 
 
 HELD_ACTIONS = {
@@ -204,27 +218,20 @@ def test_health_answers_while_an_actions_read_is_held(served: Served, route: str
     with served.client() as client:
         plan = client.post("/plans", json={"title": "p", "auto_decompose": False}).json()["id"]
     path = route.format(plan=plan)
-    entered, release = threading.Event(), threading.Event()
-
-    def hold(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
-        if HELD_ACTIONS[route] in " ".join(statement.split()) and not entered.is_set():
-            entered.set()
-            release.wait(60)
-
-    event.listen(Engine, "before_cursor_execute", hold)
-    try:
-        with served.client() as actor, served.client() as prober, ThreadPoolExecutor(1) as pool:
-            body = {"reason": "no"} if path.endswith("/reject") else {}
-            acted = pool.submit(actor.post, path, json=body, timeout=120)
-            assert entered.wait(30), "the action never reached the store"
-            health = prober.get("/health", timeout=20)
-            assert health.status_code == 200 and health.json() == {"ok": True}
-            assert not acted.done(), "the action ended before its read was let go"
-            release.set()
-            assert acted.result(timeout=120).status_code < 500
-    finally:
+    with (
+        held(HELD_ACTIONS[route]) as (entered, release),
+        served.client() as actor,
+        served.client() as prober,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        body = {"reason": "no"} if path.endswith("/reject") else {}
+        acted = pool.submit(actor.post, path, json=body, timeout=120)
+        assert entered.wait(30), "the action never reached the store"
+        health = prober.get("/health", timeout=20)
+        assert health.status_code == 200 and health.json() == {"ok": True}
+        assert not acted.done(), "the action ended before its read was let go"
         release.set()
-        event.remove(Engine, "before_cursor_execute", hold)
+        assert acted.result(timeout=120).status_code < 500
 
 
 # -- bad input ---------------------------------------------------------------------------------
