@@ -60,6 +60,9 @@ if typing.TYPE_CHECKING:
         EventBus,
         ModelCalled,
         ModelProgress,
+        NodeDecomposed,
+        NodeFinished,
+        NodeStarted,
         PlanCreated,
         PlanRevised,
         ReplanDecided,
@@ -86,6 +89,7 @@ if typing.TYPE_CHECKING:
     from taskdecomp.store.trees import TreeRepository
     from taskdecomp.strategies.decompose import PlanDecomposer
     from taskdecomp.strategies.replan import ReplanOptions
+    from taskdecomp.strategies.tree import TreeOptions
     from taskdecomp.strategies.workflow import WorkflowOptions, run_workflow, run_workflow_sync
     from taskdecomp.tools import Toolset, ToolSpec, load_toolset, tool
     from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTree, PlanTreeId
@@ -112,6 +116,9 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "EventBus",
         "ModelCalled",
         "ModelProgress",
+        "NodeDecomposed",
+        "NodeFinished",
+        "NodeStarted",
         "PlanCreated",
         "PlanRevised",
         "ReplanDecided",
@@ -138,6 +145,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "taskdecomp.store.trees": ("TreeRepository",),
     "taskdecomp.strategies.decompose": ("PlanDecomposer",),
     "taskdecomp.strategies.replan": ("ReplanOptions",),
+    "taskdecomp.strategies.tree": ("TreeOptions",),
     "taskdecomp.strategies.workflow": ("WorkflowOptions", "run_workflow", "run_workflow_sync"),
     "taskdecomp.tools": ("ToolSpec", "Toolset", "load_toolset", "tool"),
     "taskdecomp.tree": ("NewNode", "NodeId", "PlanNode", "PlanTree", "PlanTreeId"),
@@ -170,7 +178,10 @@ __all__ = [
     "ModelResponse",
     "ModelTimeoutError",
     "NewNode",
+    "NodeDecomposed",
+    "NodeFinished",
     "NodeId",
+    "NodeStarted",
     "Plan",
     "PlanCreated",
     "PlanDecomposer",
@@ -205,6 +216,7 @@ __all__ = [
     "ToolsetError",
     "TraceEntry",
     "TreeNotFoundError",
+    "TreeOptions",
     "TreeRepository",
     "Usage",
     "WorkflowOptions",

@@ -1,7 +1,8 @@
 """What the decomposer asks the model, what it accepts back, and what it reports.
 
 The request carries the ``target_task`` (with its path and existing children), a truncated
-``plan_outline``, the ``constraints`` and a ``mode_hint``. The answer is parsed strictly
+``plan_outline``, the ``constraints``, a ``mode_hint`` and, when an attempt at the task
+failed, what went wrong (``failure``). The answer is parsed strictly
 (:func:`~taskdecomp.policy.parse_model_json`), shaped by :class:`DecompositionPayload` and
 checked by :func:`validate_payload` against the tree as it stood when the question was
 asked. Anything wrong raises :class:`~taskdecomp.stops.StopRun` with an
@@ -151,12 +152,20 @@ class DecompositionRequest(BaseModel):
     """The plan as indented ``[id] name`` lines, truncated."""
     constraints: Constraints
     mode_hint: Mode
+    failure: str | None = None
+    """How an attempt at the task went wrong, when one was made (left out otherwise)."""
 
 
 def build_request(
-    tree: PlanTree, node: PlanNode, *, mode: Mode, max_children: int, outline_chars: int
+    tree: PlanTree,
+    node: PlanNode,
+    *,
+    mode: Mode,
+    max_children: int,
+    outline_chars: int,
+    failure: str | None = None,
 ) -> DecompositionRequest:
-    """The request for decomposing ``node``."""
+    """The request for decomposing ``node`` (``failure``: why an attempt at it failed)."""
     return DecompositionRequest(
         target_task=TargetTask(
             id=node.id,
@@ -170,6 +179,7 @@ def build_request(
         plan_outline=outline(tree, max_chars=outline_chars),
         constraints=Constraints(max_children=max_children),
         mode_hint=mode,
+        failure=failure,
     )
 
 

@@ -17,6 +17,9 @@ from taskdecomp.events import (
     Event,
     ModelCalled,
     ModelProgress,
+    NodeDecomposed,
+    NodeFinished,
+    NodeStarted,
     PlanCreated,
     PlanRevised,
     ReplanDecided,
@@ -57,10 +60,15 @@ def _replan_event_data(
     event: ReplanDecided
     | PlanRevised
     | AgentTurn
+    | NodeStarted
+    | NodeFinished
+    | NodeDecomposed
     | ApprovalRequested
     | ApprovalDecided
     | RunStopped,
 ) -> Mapping[str, Any]:
+    if isinstance(event, NodeStarted | NodeFinished | NodeDecomposed):
+        return _node_event_data(event)
     if isinstance(event, ReplanDecided):
         return {"iteration": event.iteration, "kind": event.kind}
     if isinstance(event, PlanRevised):
@@ -89,6 +97,33 @@ def _replan_event_data(
     if isinstance(event, RunStopped):
         return {"status": event.result.status, "stop_reason": event.result.stop_reason}
     assert_never(event)
+
+
+def _node_event_data(event: NodeStarted | NodeFinished | NodeDecomposed) -> Mapping[str, Any]:
+    if isinstance(event, NodeStarted):
+        return {
+            "node_id": event.node_id,
+            "name": event.name,
+            "parent_id": event.parent_id,
+            "leaf": event.leaf,
+        }
+    if isinstance(event, NodeFinished):
+        return _short(
+            {
+                "node_id": event.node_id,
+                "status": event.status,
+                "result": _cut(event.result),
+                "error": event.reason,
+            }
+        )
+    return {"node_id": event.node_id, "children": list(event.children), "reason": event.reason}
+
+
+def _cut(result: Any) -> Any:
+    """A node's result as a stored event keeps it: long text is cut (the run keeps it whole)."""
+    if isinstance(result, str) and len(result) > MAX_STORED_ERROR_CHARS:
+        return result[:MAX_STORED_ERROR_CHARS] + " [cut]"
+    return result
 
 
 def _short(data: dict[str, Any]) -> dict[str, Any]:

@@ -119,9 +119,46 @@ class AgentTurn:
     turn: int
     """From 1; at most the agent's turn limit."""
     action: str
-    """``call`` or ``finish``."""
+    """``call``, ``finish`` or ``decompose`` (a ``tree`` leaf asks to be split)."""
     tool: str | None = None
     """The tool of a ``call``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeStarted:
+    """A node of a plan tree started: a leaf's executor, or an inner node's children."""
+
+    run_id: RunId
+    node_id: int
+    name: str
+    parent_id: int | None
+    leaf: bool
+    """Whether the node is executed itself (``False``: its children are)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeFinished:
+    """A node of a plan tree ended: ``ok`` with its result, or ``failed``."""
+
+    run_id: RunId
+    node_id: int
+    status: str
+    """``ok`` or ``failed``."""
+    result: Any = None
+    """The leaf's result or the inner node's roll-up; ``None`` when it failed."""
+    reason: str | None = None
+    """Why it failed (a stop reason)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeDecomposed:
+    """A node was split as needed: its children were written into the stored tree."""
+
+    run_id: RunId
+    node_id: int
+    children: tuple[int, ...]
+    reason: str
+    """Why it was split: the executor asked, or how its attempt failed."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,6 +199,9 @@ Event = (
     | ReplanDecided
     | PlanRevised
     | AgentTurn
+    | NodeStarted
+    | NodeFinished
+    | NodeDecomposed
     | ApprovalRequested
     | ApprovalDecided
     | RunStopped

@@ -19,9 +19,10 @@ from typing import Literal, NewType
 StopReason = NewType("StopReason", str)
 """A stop reason such as ``success`` or ``tool_error:fetch_sales_data``."""
 
-LlmPhase = Literal["plan", "finalize", "decompose", "replan", "execute", "chat"]
+LlmPhase = Literal["plan", "finalize", "decompose", "replan", "execute", "rollup", "chat"]
 """The model call a model failure happened in (the seed's ``llm_phase``): ``replan`` is the
-replanner, ``execute`` a turn of the executor agent, ``chat`` the service's chat agent."""
+replanner, ``execute`` a turn of the executor agent, ``rollup`` the combination of a plan
+tree node's children, ``chat`` the service's chat agent."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -198,6 +199,19 @@ CODES: tuple[StopCode, ...] = (
         family="unavailable",
         detail="<name>",
         meaning="Queue: the worker has no toolset or model registered under this name.",
+    ),
+    StopCode(
+        family="invalid_tree",
+        detail="<rule>",
+        meaning="Tree: the plan tree cannot be worked through (`cycle`: nodes wait for each "
+        "other; `unknown_dependency`: a dependency names no node of the plan; `empty`, "
+        "`no_plan`, `no_node`); nothing ran.",
+    ),
+    StopCode(
+        family="node_failed",
+        detail="<node>",
+        meaning="Tree: this node failed after its retries and splits, and so did every "
+        "node above it up to the run's root; finished nodes keep their results.",
     ),
     StopCode(
         family="lease_lost",

@@ -30,11 +30,12 @@ from taskdecomp.strategies.base import (
 )
 from taskdecomp.strategies.registry import Setup, Strategy, options_for
 from taskdecomp.strategies.replan import ReplanOptions
+from taskdecomp.strategies.tree import TreeOptions
 from taskdecomp.tools import Toolset
 
 
 async def run(
-    goal: str,
+    goal: str = "",
     *,
     tools: ToolsArg,
     model: Model | str,
@@ -45,9 +46,12 @@ async def run(
     run_id: RunId | None = None,
     clock: Clock | None = None,
     store: Store | None = None,
-    strategy: str = "plan_execute",
+    strategy: str | None = None,
     options: Any = None,
     replan: ReplanOptions | None = None,
+    tree: TreeOptions | None = None,
+    plan: int | None = None,
+    node: int | None = None,
     lease_seconds: float | None = None,
     durability: Durability | None = None,
     stream_plan: bool | None = None,
@@ -72,10 +76,15 @@ async def run(
         clock: monotonic clock, for tests.
         store: keep the run there, checkpointed after every step, so :func:`resume` can
             continue it; default: nothing is stored.
-        strategy: a registered strategy's name: ``plan_execute``, ``replan``, or a plugin's.
+        strategy: a registered strategy's name: ``plan_execute`` (the default), ``replan``,
+            ``tree`` (the default with ``plan``), or a plugin's.
         options: the strategy's options: its options object, or their JSON form.
         replan: the same as ``options``, for the ``replan`` strategy (kept for callers that
             name it so).
+        tree: the same as ``options``, for the ``tree`` strategy.
+        plan: a stored plan tree to execute with the ``tree`` strategy (``goal`` may then be
+            left out: the tree's title, or the node's name, is the goal).
+        node: with ``plan``, execute only this node's subtree.
         lease_seconds: how long the run's lease in the store outlives this process if it
             dies (see :func:`resume`); renewed every third of it while the run is in flight.
         durability: ``async`` (default) commits finished steps in groups off the event
@@ -92,13 +101,19 @@ async def run(
             the strategy is unknown (before the run starts).
         StoreError: the store cannot be written; the run is then left to :func:`resume`.
     """
-    _check_goal(goal)
     e = Environment.of(
         env, store=store, lease_seconds=lease_seconds, durability=durability, clock=clock
     )
     durable.durability(e.durability)
-    chosen = _goal_strategy(strategy)
-    settings = options_for(chosen, options if options is not None else replan)
+    given = next((o for o in (options, replan, tree) if o is not None), None)
+    if plan is not None or node is not None:
+        strategy = strategy or "tree"
+        given = _with_tree(given, plan, node)
+    chosen = _goal_strategy(strategy or "plan_execute")
+    settings = options_for(chosen, given)
+    if not goal.strip() and (default_goal := getattr(chosen, "default_goal", None)):
+        goal = default_goal(e.store, settings)
+    _check_goal(goal)
     toolset = as_toolset(tools)
     budget = budget or Budget()
     ctx = build_context(
@@ -125,10 +140,23 @@ async def run(
         with store.batch(durable=e.durability == "sync"):  # async: the first barrier syncs it
             lease = store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
         attach_journal(ctx, store, lease, segment=1, started=started, durability=e.durability)
-    setup = Setup(budget=budget, combiner=combiner, stream_plan=stream_plan)
+    setup = Setup(budget=budget, combiner=combiner, stream_plan=stream_plan, store=e.store)
     phases = chosen.start(setup, settings)
     async with durable.leased(ctx.journal):
         return await execute(ctx, Outcome(), budget, phases, started=started)
+
+
+def _with_tree(given: Any, plan: int | None, node: int | None) -> dict[str, Any]:
+    """The ``tree`` options ``given`` (an object or their JSON form) with ``plan``/``node``.
+
+    Raises:
+        ConfigError: ``given`` is another strategy's options.
+    """
+    if isinstance(given, TreeOptions):
+        given = registry.strategy("tree").encode(given)
+    elif given is not None and not isinstance(given, dict):
+        raise ConfigError(f"plan= runs the tree strategy, which takes TreeOptions, not {given!r}")
+    return {**(given or {}), "plan_id": plan, "node_id": node}
 
 
 def _check_goal(goal: str) -> None:
@@ -312,7 +340,7 @@ async def continue_run(
         if phases is None:
             chosen = registry.strategy(config.strategy)
             settings = chosen.options(config.options)
-            setup = Setup(budget=budget, combiner=combiner)
+            setup = Setup(budget=budget, combiner=combiner, store=store)
             toolset, phases = chosen.resume(setup, settings, stored, tools)
         if toolset is None:
             toolset = as_toolset(

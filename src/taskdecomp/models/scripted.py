@@ -7,9 +7,10 @@
 - ``{"rules": [{"match": "<regex>", "response": ...}], "default": ...}``: the first rule
   whose regex matches the request's messages answers, so concurrent calls stay
   deterministic; ``default`` answers when none matches. A rule may add ``"phase"`` (one
-  of ``plan``, ``execute``, ``decompose``, ``replan``, ``finalize``, ``chat``): it then
-  answers only calls of that phase, so one script can answer different roles about the
-  same text.
+  of ``plan``, ``execute``, ``decompose``, ``replan``, ``rollup``, ``finalize``,
+  ``chat``), matched exactly: it then answers only calls of that phase, so one script can
+  answer different roles about the same text (the executor, the decomposer and the
+  roll-up of one tree node).
 
 Either object may add ``"latency_ms"``: every answer waits that long before it starts, and
 ``"stream_ms"``: every answer then arrives in pieces spread over that long (sent to

@@ -67,6 +67,8 @@ class _Job:
     """Nodes at this depth (relative to the start) are not decomposed."""
     root: NodeId | None = None
     """The node of a single-node decomposition."""
+    failure: str | None = None
+    """Why an attempt at the root failed, sent with its request."""
     processed: list[NodeId] = field(default_factory=list)
     created: list[PlanNode] = field(default_factory=list)
     failed: list[NodeId] = field(default_factory=list)
@@ -147,9 +149,16 @@ class PlanDecomposer:
         return await self._decompose(job, start)
 
     async def decompose_node(
-        self, plan_id: PlanTreeId, node_id: NodeId, options: DecompOptions | None = None
+        self,
+        plan_id: PlanTreeId,
+        node_id: NodeId,
+        options: DecompOptions | None = None,
+        *,
+        failure: str | None = None,
     ) -> DecompositionResult:
         """Decompose one node (``single_node``), ``expand_depth`` levels deep.
+
+        ``failure`` tells the model how an attempt at the node went wrong.
 
         Raises:
             TreeNotFoundError: the plan or the node does not exist.
@@ -164,6 +173,7 @@ class PlanDecomposer:
             opts=opts,
             depth_limit=opts.expand_depth,
             root=node_id,
+            failure=failure,
         )
         return await self._decompose(job, [(node_id, 0)])
 
@@ -277,10 +287,14 @@ class PlanDecomposer:
             mode=job.mode,
             max_children=opts.max_children,
             outline_chars=opts.outline_chars,
+            failure=job.failure if node.id == job.root else None,
         )
         messages: list[Any] = [
             {"role": "system", "content": render("decomposer", max_children=opts.max_children)},
-            {"role": "user", "content": json.dumps(payload.model_dump(), ensure_ascii=True)},
+            {
+                "role": "user",
+                "content": json.dumps(payload.model_dump(exclude_none=True), ensure_ascii=True),
+            },
         ]
         failure = StopRun(stops.LLM_EMPTY)
         async with semaphore:

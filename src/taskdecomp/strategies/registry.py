@@ -6,8 +6,8 @@ phases of a new run, and how it rebuilds itself to continue a stored run. The en
 (:mod:`taskdecomp.strategies.plan_execute` ``run``/``resume``/``continue_run``) asks the
 registry for the strategy a run names and never compares names itself.
 
-Built in: ``plan_execute``, ``replan`` and ``workflow`` (which starts from a workspace with
-``run_workflow``, not from a goal). A package adds one through the
+Built in: ``plan_execute``, ``replan``, ``tree`` and ``workflow`` (which starts from a
+workspace with ``run_workflow``, not from a goal). A package adds one through the
 ``taskdecomp.strategies`` entry-point group; see ``docs/architecture.md``.
 """
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the registry itself stays light: the command line reads its
 
     from taskdecomp.budget import Budget
     from taskdecomp.models.base import Model
-    from taskdecomp.store.base import StoredRun
+    from taskdecomp.store.base import Store, StoredRun
     from taskdecomp.strategies.base import Phases, ToolsArg
     from taskdecomp.tools import Toolset
 
@@ -42,6 +42,8 @@ class Setup:
     """A separate model for the answer, when the run was given one."""
     stream_plan: bool | None = None
     """Start ``read_only`` steps while the plan streams (``None``: when the model streams)."""
+    store: Store | None = None
+    """The run's store, when it has one (a strategy may keep more there: plan trees)."""
 
 
 @runtime_checkable
@@ -160,6 +162,7 @@ STRATEGIES: Registry[Strategy] = Registry(
         "plan_execute": "taskdecomp.strategies.plan_execute:STRATEGY",
         "replan": "taskdecomp.strategies.replan.strategy:STRATEGY",
         "workflow": "taskdecomp.strategies.workflow.strategy:STRATEGY",
+        "tree": "taskdecomp.strategies.tree.strategy:STRATEGY",
     },
 )
 """Every strategy, by name."""

@@ -7,6 +7,10 @@ call an allowed tool, or finish with the step's result. Every call goes through 
 gateway (allowlist, budgets, loop detection, argument schema, timeout, approvals) and is
 traced and journaled like any tool step; an ``unsafe`` call commits its intent first. At
 most ``max_turns`` turns per step (Eino's default: 20), then ``max_agent_turns:<step>``.
+
+An agent made with ``decompose=True`` may also answer ``{"kind": "decompose", "reason":
+...}`` (the ``tree`` strategy's leaves): :class:`DecompositionWanted` is raised for the
+caller to split the task.
 """
 
 from __future__ import annotations
@@ -23,11 +27,19 @@ from taskdecomp.prompts import render
 from taskdecomp.runtime import RunContext
 from taskdecomp.scheduler import call_tool
 from taskdecomp.stops import StopRun, with_detail
-from taskdecomp.strategies.replan.boundary import Finish, validate_action
+from taskdecomp.strategies.replan.boundary import Decompose, Finish, validate_action
 from taskdecomp.strategies.replan.schemas import action_schema
 
 Progress = Callable[[], Mapping[str, Any]]
 """The run's progress as the agent sees it: ``objective``, ``plan``, ``executed_steps``."""
+
+
+class DecompositionWanted(Exception):
+    """The agent answered ``decompose``: the step is too big to carry out as it is."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason or "the executor asked to split the task")
+        self.reason = reason
 
 
 class TurnLog(Protocol):
@@ -57,6 +69,7 @@ class ExecutorAgent:
         max_turns: most model turns per step.
         prompts: a directory whose ``executor.md`` replaces the packaged prompt.
         system: the system prompt itself, instead of ``executor.md`` (a workflow phase's).
+        decompose: the agent may answer ``decompose`` (see the module docstring).
     """
 
     def __init__(
@@ -68,6 +81,7 @@ class ExecutorAgent:
         max_turns: int,
         prompts: Path | None,
         system: str | None = None,
+        decompose: bool = False,
     ) -> None:
         self._ctx = ctx
         self._progress = progress
@@ -76,7 +90,8 @@ class ExecutorAgent:
         self._prompts = prompts
         self._system = system
         self._catalog = ctx.gateway.toolset.catalog(ctx.gateway.allow)
-        self._schema = action_schema(self._catalog)
+        self._decompose = decompose
+        self._schema = action_schema(self._catalog, decompose=decompose)
 
     async def __call__(self, step_no: int, step: Step) -> Any:
         """Carry out ``step``; return its result.
@@ -84,12 +99,19 @@ class ExecutorAgent:
         Raises:
             StopRun: ``invalid_action:<rule>``, ``max_agent_turns:<step>``, a model stop or
                 a tool stop.
+            DecompositionWanted: the agent answered ``decompose`` (when it may).
         """
         ctx = self._ctx
         turns = self._log.turns(step.id)
         for turn in range(len(turns) + 1, self._max_turns + 1):
             response = await ctx.ask(self._request(step, turns, turn))
-            action = validate_action(response.text, allowed_tools=ctx.gateway.allow)
+            action = validate_action(
+                response.text, allowed_tools=ctx.gateway.allow, decompose=self._decompose
+            )
+            if isinstance(action, Decompose):
+                ctx.events.emit(_turn(ctx, step_no, step, turn, "decompose", None))
+                self._log.finished(step.id)
+                raise DecompositionWanted(action.reason)
             if isinstance(action, Finish):
                 ctx.events.emit(_turn(ctx, step_no, step, turn, "finish", None))
                 self._log.finished(step.id)

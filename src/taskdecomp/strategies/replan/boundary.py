@@ -26,6 +26,7 @@ from taskdecomp.stops import StopRun, with_detail
 RESPOND_KEYS = frozenset({"kind", "response"})
 CALL_KEYS = frozenset({"kind", "tool", "args"})
 FINISH_KEYS = frozenset({"kind", "result"})
+DECOMPOSE_KEYS = frozenset({"kind", "reason"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,6 +49,13 @@ class Finish:
     """The executor agent finished the step; ``result`` is the step's result."""
 
     result: Any
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Decompose:
+    """The executor agent says the task is too big: it should be split first."""
+
+    reason: str
 
 
 def invalid_replan(rule: str, message: str = "") -> StopRun:
@@ -107,8 +115,10 @@ def validate_decision(
     return Respond(response=response.strip())
 
 
-def validate_action(text: str, *, allowed_tools: Collection[str]) -> Call | Finish:
-    """Parse and check one executor agent action.
+def validate_action(
+    text: str, *, allowed_tools: Collection[str], decompose: bool = False
+) -> Call | Finish | Decompose:
+    """Parse and check one executor agent action (``decompose`` allows that kind too).
 
     Raises:
         StopRun: ``invalid_action:<rule>``: ``non_json``, ``not_object``, ``bad_kind``,
@@ -119,12 +129,19 @@ def validate_action(text: str, *, allowed_tools: Collection[str]) -> Call | Fini
     if not isinstance(action, dict):
         raise invalid_action("not_object", "the action must be a JSON object")
     kind = action.get("kind")
-    keys = {"call": CALL_KEYS, "finish": FINISH_KEYS}.get(kind) if isinstance(kind, str) else None
+    kinds = {"call": CALL_KEYS, "finish": FINISH_KEYS}
+    if decompose:
+        kinds["decompose"] = DECOMPOSE_KEYS
+    keys = kinds.get(kind) if isinstance(kind, str) else None
     if keys is None:
-        raise invalid_action("bad_kind", f"kind must be 'call' or 'finish', got {kind!r}")
+        named = " or ".join(repr(name) for name in kinds)
+        raise invalid_action("bad_kind", f"kind must be {named}, got {kind!r}")
     if set(action) - keys:
         extra = ", ".join(sorted(map(str, set(action) - keys)))
         raise invalid_action("extra_keys", f"unexpected keys in a {kind} action: {extra}")
+    if kind == "decompose":
+        reason = action.get("reason")
+        return Decompose(reason=reason.strip() if isinstance(reason, str) else "")
     if kind == "finish":
         if "result" not in action or action["result"] is None:
             raise invalid_action("missing_result", "finish needs the step's 'result'")

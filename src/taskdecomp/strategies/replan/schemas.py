@@ -51,8 +51,13 @@ def decision_schema(
     return {"anyOf": [respond, plan], "$defs": defs}
 
 
-def action_schema(catalog: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """A call of one of the tools in ``catalog`` (with its arguments), or a finish."""
+def action_schema(
+    catalog: Iterable[Mapping[str, Any]], *, decompose: bool = False
+) -> dict[str, Any]:
+    """A call of one of the tools in ``catalog`` (with its arguments), or a finish.
+
+    With ``decompose``, also ``{"kind": "decompose", "reason": ...}``.
+    """
     defs: dict[str, Any] = {}
     calls = [
         _closed({"kind": {"type": "string", "enum": ["call"]}, **pair})
@@ -64,4 +69,14 @@ def action_schema(catalog: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             "result": {"type": "string", "minLength": 1, "maxLength": RESULT_MAX_CHARS},
         }
     )
-    return {"anyOf": [*calls, finish], "$defs": defs}
+    kinds = [*calls, finish]
+    if decompose:
+        kinds.append(
+            _closed(
+                {
+                    "kind": {"type": "string", "enum": ["decompose"]},
+                    "reason": {"type": "string", "minLength": 1, "maxLength": RESULT_MAX_CHARS},
+                }
+            )
+        )
+    return {"anyOf": kinds, "$defs": defs}

@@ -1,0 +1,165 @@
+"""Where a ``tree`` run stands, keyed by node id: stored with every checkpoint.
+
+The plan tree keeps the seed's fields only; how its nodes went is the run's business. The
+state holds each node's status and result, the executor agent's turns of unfinished
+attempts, the splits the run asked for, and the nodes the tree had when the run began (so
+the nodes a run added are counted whatever happened between a split and its checkpoint).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import TypeAdapter, ValidationError
+
+from taskdecomp.errors import CorruptRecordError
+from taskdecomp.store.base import StoredRun
+
+NodeStatus = Literal["pending", "running", "ok", "failed", "decomposed"]
+"""How a node stands in a run: ``decomposed`` while the children of a split run."""
+
+STATE_KEY = "tree"
+"""The key of the strategy state in a stored run."""
+
+
+@dataclass(kw_only=True)
+class NodeRecord:
+    """One node's place in the run."""
+
+    status: NodeStatus = "pending"
+    result: Any = None
+    """The leaf's result or the inner node's roll-up, once ``ok``."""
+    reason: str | None = None
+    """Why it failed, or why its last attempt did (a stop reason)."""
+    message: str | None = None
+    attempts: int = 0
+    """Attempts at it as a leaf that ended (without a result)."""
+    step_no: int | None = None
+    """Its step's number in the run, once it has one."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "status": self.status,
+            "result": self.result,
+            "reason": self.reason,
+            "message": self.message,
+            "attempts": self.attempts,
+            "step_no": self.step_no,
+        }
+
+
+@dataclass(kw_only=True)
+class Split:
+    """A split the run asked for: the node's children from ``first_position`` on are its own."""
+
+    first_position: int
+    """The position the split's first child takes among the node's children."""
+    reason: str
+    children: list[int] | None = None
+    """The children written, once the run knows them (``None``: asked, not yet seen)."""
+    redo: bool = False
+    """A second split of an inner node whose child failed (``--redecompose``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "first_position": self.first_position,
+            "reason": self.reason,
+            "children": self.children,
+            "redo": self.redo,
+        }
+
+
+@dataclass(kw_only=True)
+class TreeState:
+    """A ``tree`` run's progress (see the module docstring)."""
+
+    plan_id: int | None = None
+    """The plan tree the run works through (``None`` until a goal's tree is stored)."""
+    root: int | None = None
+    """The run's root node; ``None``: every root of the plan."""
+    known: list[int] = field(default_factory=list)
+    """The nodes of the tree when the run began."""
+    upfront: bool = False
+    """The upfront decomposition is done."""
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    splits: dict[str, Split] = field(default_factory=dict)
+    agent_turns: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    next_step: int = 1
+    """The number the next node's step gets."""
+
+    def record(self, node_id: int) -> NodeRecord:
+        """The record of ``node_id`` (a new, pending one when it has none)."""
+        return self.nodes.setdefault(str(node_id), NodeRecord())
+
+    def number(self, node_id: int) -> int:
+        """The step number of ``node_id``, given the first time it is asked for."""
+        record = self.record(node_id)
+        if record.step_no is None:
+            record.step_no, self.next_step = self.next_step, self.next_step + 1
+        return record.step_no
+
+    # The executor agent's turn log (:class:`~taskdecomp.strategies.replan.agent.TurnLog`).
+    def turns(self, step_id: str) -> list[dict[str, Any]]:
+        """The agent's turns so far in ``step_id``."""
+        return self.agent_turns.setdefault(step_id, [])
+
+    def finished(self, step_id: str) -> None:
+        """The agent is done with ``step_id``."""
+        self.agent_turns.pop(step_id, None)
+
+    def snapshot(self) -> Mapping[str, Any]:
+        """What a checkpoint stores as the strategy state."""
+        return {STATE_KEY: self.to_dict()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "plan_id": self.plan_id,
+            "root": self.root,
+            "known": self.known,
+            "upfront": self.upfront,
+            "nodes": {key: record.to_dict() for key, record in self.nodes.items()},
+            "splits": {key: split.to_dict() for key, split in self.splits.items()},
+            "agent_turns": self.agent_turns,
+            "next_step": self.next_step,
+        }
+
+    @classmethod
+    def from_stored(cls, stored: StoredRun) -> TreeState:
+        """The state ``stored`` was checkpointed with (empty before its first checkpoint).
+
+        Raises:
+            CorruptRecordError: the stored state does not decode.
+        """
+        data = stored.state.get(STATE_KEY)
+        if data is None:
+            return cls()
+        try:
+            raw = _STATE.validate_python(data)
+            return cls(
+                plan_id=_ID.validate_python(raw.get("plan_id")),
+                root=_ID.validate_python(raw.get("root")),
+                known=_IDS.validate_python(raw.get("known") or []),
+                upfront=bool(raw.get("upfront")),
+                nodes=_NODES.validate_python(raw.get("nodes") or {}),
+                splits=_SPLITS.validate_python(raw.get("splits") or {}),
+                agent_turns=_TURNS.validate_python(raw.get("agent_turns") or {}),
+                next_step=_ID.validate_python(raw.get("next_step")) or 1,
+            )
+        except ValidationError as exc:
+            problem = str(exc).strip().splitlines()[0]
+            raise CorruptRecordError(
+                f"the stored tree state does not decode ({problem}); refusing to use it"
+            ) from exc
+
+
+_STATE: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+_ID: TypeAdapter[int | None] = TypeAdapter(int | None)
+_IDS: TypeAdapter[list[int]] = TypeAdapter(list[int])
+_NODES: TypeAdapter[dict[str, NodeRecord]] = TypeAdapter(dict[str, NodeRecord])
+_SPLITS: TypeAdapter[dict[str, Split]] = TypeAdapter(dict[str, Split])
+_TURNS: TypeAdapter[dict[str, list[dict[str, Any]]]] = TypeAdapter(dict[str, list[dict[str, Any]]])
