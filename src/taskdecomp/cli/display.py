@@ -6,12 +6,14 @@ is. Tables keep identifiers and states whole and shrink the free text instead; a
 breaks its lines at chosen characters (a stop reason after ``:``, a path after ``/``) never
 splits a word. While a run
 works, :class:`Activity` keeps a live status line on a terminal (what runs, for how long,
-tokens so far) and prints one plain line per phase elsewhere.
+tokens so far) and prints one plain line per phase elsewhere; a ``tree`` run's nodes get a
+line as they start, end or are split.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import time
 from collections.abc import Sequence
@@ -32,6 +34,9 @@ from taskdecomp.events import (
     Event,
     ModelCalled,
     ModelProgress,
+    NodeDecomposed,
+    NodeFinished,
+    NodeStarted,
     PlanCreated,
     PlanRevised,
     ReplanDecided,
@@ -301,6 +306,10 @@ class Activity:
         self._since = time.monotonic()
         self._call: _Call | None = None
         self._steps: dict[int, tuple[str, float]] = {}
+        self._nodes: dict[int, str] = {}
+        """The name of each node of a tree run seen start."""
+        self._leaves: dict[int, float] = {}
+        """The leaves of a tree run at work, since when."""
         self._note: Text | None = None
         self._spinner = Spinner("dots", style="cyan")
 
@@ -359,8 +368,38 @@ class Activity:
             if not event.entry.ok:
                 reason = event.entry.stop_reason or event.entry.error or ""
                 self._print((f"step {event.entry.step_no} stopped: ", "red"), literal(reason))
+        elif isinstance(event, NodeStarted | NodeFinished | NodeDecomposed):
+            self._node(event)
         else:
             self._replan(event)
+
+    def _node(self, event: NodeStarted | NodeFinished | NodeDecomposed) -> None:
+        """``node 12 'Venue': running``, ``... ok: <result>``, ``... failed (<reason>)``."""
+        if isinstance(event, NodeStarted):
+            self._nodes[event.node_id] = event.name
+            if event.leaf:
+                self._leaves[event.node_id] = time.monotonic()
+            what: tuple[str | Text | tuple[str, str], ...] = (
+                "running" if event.leaf else "running its subtasks",
+            )
+        elif isinstance(event, NodeFinished):
+            self._leaves.pop(event.node_id, None)
+            if event.status == "ok":
+                what = (("ok", "green"), literal(f": {one_line(event.result)}", limit=RESULT))
+            else:
+                what = (("failed", "red"), literal(f" ({event.reason or 'failed'})", limit=RESULT))
+        else:
+            self._leaves.pop(event.node_id, None)
+            count = len(event.children)
+            what = (
+                ("split", "cyan"),
+                f" into {count} {'subtask' if count == 1 else 'subtasks'} "
+                f"({', '.join(map(str, event.children))}): ",
+                literal(one_line(event.reason), limit=RESULT),
+            )
+        name = self._nodes.get(event.node_id)
+        called = literal(f" {name!r}", limit=80) if name is not None else ""
+        self._print(("node ", "dim"), f"{event.node_id}", called, ": ", *what)
 
     def _model_progress(self, event: ModelProgress) -> None:
         call = self._call
@@ -381,10 +420,9 @@ class Activity:
             change = "revised" if event.changed else "unchanged"
             self._print(("plan ", "dim"), f"{change}: {len(event.plan.steps)} steps left")
         elif isinstance(event, AgentTurn):
-            what = f"call {event.tool}" if event.action == "call" else "finish"
-            self._print(
-                ("agent ", "dim"), f"step {event.step_no} turn {event.turn}: ", literal(what)
-            )
+            what = f"call {event.tool}" if event.action == "call" else event.action
+            step = f"step {event.step_no}" if not self._nodes else event.step_id  # node-12
+            self._print(("agent ", "dim"), literal(step), f" turn {event.turn}: ", literal(what))
         elif isinstance(event, ApprovalRequested):
             self._print(("waiting for approval: ", "yellow"), literal(event.request.describe()))
 
@@ -400,7 +438,8 @@ class Activity:
     def status(self, now: float) -> Text:
         """The status line at ``now``, with the seconds it has taken.
 
-        The model call, else the running steps, else the last note.
+        The model call, else the running steps, else the running leaves of a tree (the
+        longest running first), else the last note.
         """
         call = self._call
         if call is not None:
@@ -422,8 +461,24 @@ class Activity:
             return line(
                 ("step ", "dim"), f"{step_no} · {_seconds(now - since)} · ", literal(tool), more
             )
+        leaves = dict(self._leaves)
+        if leaves:
+            node_id, since = min(leaves.items(), key=lambda item: item[1])
+            more = f" (+{len(leaves) - 1} more)" if len(leaves) > 1 else ""
+            name = literal(self._nodes.get(node_id, ""), limit=80)
+            return line(("node ", "dim"), f"{node_id} · {_seconds(now - since)} · ", name, more)
         note = self._note or Text("working")
         return line(_seconds(now - self._since), " · ", note)
+
+
+RESULT = 120
+"""Most characters of a node's result or failure in its line."""
+
+
+def one_line(value: object) -> str:
+    """``value`` on one line: text as it is, anything else as JSON; whitespace runs as one space."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return " ".join(text.split())
 
 
 def short_model(name: str) -> str:
