@@ -1,9 +1,13 @@
-"""``taskdecomp decompose`` and ``taskdecomp tree``: grow and show stored plan trees."""
+"""``taskdecomp decompose`` and ``taskdecomp tree``: grow and show stored plan trees.
+
+Both end a plan drawn for people with the command that executes it (on stderr).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -118,12 +122,16 @@ def decompose_command(
             tree_id, result = asyncio.run(_decompose(decomposer, goal, plan_id, node_id))
         tree = repository.get_plan_tree(tree_id)
     if result is not None:
-        return _report(result, tree, as_json=as_json)
-    if as_json:
+        code = _report(result, tree, as_json=as_json)
+    elif as_json:
         echo_json(tree.to_dict())
+        code = 0
     else:
         _draw(console(), tree)
-    return 0
+        code = 0
+    if not as_json:
+        _run_hint(tree.id, db)
+    return code
 
 
 async def _decompose(
@@ -180,6 +188,15 @@ def _draw(out: Console, tree: PlanTree, *, created: set[NodeId] | None = None) -
     out.print(root)
 
 
+def _run_hint(plan_id: int, db: str | None) -> None:
+    """How to execute the plan just drawn, on stderr."""
+    where = f" --db {shlex.quote(db)}" if db else ""
+    console(stderr=True).print(
+        literal(f"execute it with: taskdecomp run --plan {plan_id} --tools TOOLS{where}", "dim"),
+        soft_wrap=True,
+    )
+
+
 @app.command("tree")
 @click.argument("plan_id", type=int, required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the tree as JSON.")
@@ -198,6 +215,7 @@ def tree_command(plan_id: int | None, as_json: bool, db: str | None) -> int:
             echo_json(tree.to_dict())
         else:
             _draw(console(), tree)
+            _run_hint(tree.id, db)
         return 0
     if as_json:
         echo_json([{"id": i, "title": t, "nodes": n} for i, t, n in plans])
