@@ -319,7 +319,7 @@ def read_goal(goal: str | None, goal_file: Path | None, *, required: bool = True
         if required:
             raise click.UsageError(
                 "Missing argument 'GOAL': give it, or --goal-file PATH, or - to read it "
-                "from standard input"
+                "from standard input (or --plan ID to execute a stored plan tree)"
             )
         return None
     if not text.strip():

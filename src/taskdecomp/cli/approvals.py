@@ -16,7 +16,7 @@ from taskdecomp.cli._app import (
     load_settings,
     open_run_store,
 )
-from taskdecomp.cli.runs import report, until_done
+from taskdecomp.cli.runs import report, result_view, until_done
 from taskdecomp.engine import approve, reject
 from taskdecomp.errors import ConfigError
 from taskdecomp.jsonsafe import loads
@@ -51,6 +51,7 @@ def approve_command(run_id: str, plan_file: Path | None, as_json: bool, db: str 
             ),
             as_json=as_json,
             db=db,
+            show=result_view(store),
         )
 
 
@@ -64,7 +65,7 @@ def reject_command(run_id: str, reason: str, as_json: bool, db: str | None) -> i
     settings = load_settings()
     with open_run_store(settings, db) as store:
         result = reject(run_id, reason=reason, env=environment(settings, store))
-    return report(result, as_json=as_json)
+        return report(result, as_json=as_json, show=result_view(store))
 
 
 def _read_plan(path: Path) -> Any:

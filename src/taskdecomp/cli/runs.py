@@ -1,4 +1,4 @@
-"""``run``, ``runs``, ``show`` and ``resume``: plan-and-execute runs and the run store."""
+"""``run``, ``runs``, ``show`` and ``resume``: runs of every strategy and the run store."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from taskdecomp import stops
 from taskdecomp.cli import _app
@@ -32,14 +33,15 @@ from taskdecomp.cli._app import (
     open_run_store,
     read_goal,
 )
-from taskdecomp.cli.strategies import OPTION_OPTION, STRATEGY_OPTION, strategy_options
+from taskdecomp.cli.strategies import OPTION_OPTION, strategy_option, strategy_options
+from taskdecomp.cli.treeruns import TreeFlags, tree_defaults, tree_options, tree_source
 from taskdecomp.durability import Durability
 
 if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its usage error
     from taskdecomp.events import Event, Subscriber
     from taskdecomp.models import Model
     from taskdecomp.run import RunResult
-    from taskdecomp.store import RunSummary, StoredRun
+    from taskdecomp.store import RunSummary, SqlStore, StoredRun
 
 
 @app.command("run")
@@ -70,8 +72,9 @@ if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its
 @click.option(
     "--max-cost-usd", type=click.FloatRange(min=0), help="Most model spend in USD. [none]"
 )
-@STRATEGY_OPTION
+@strategy_option(note="With --plan: tree.")
 @OPTION_OPTION
+@tree_options
 @click.option(
     "--max-iterations",
     type=click.IntRange(min=1),
@@ -80,7 +83,8 @@ if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its
 @click.option(
     "--max-agent-turns",
     type=click.IntRange(min=1),
-    help="replan: most executor agent turns per instruction step. [20]",
+    help="replan, tree: most executor agent turns per instruction step, or per attempt at "
+    "a task of the tree. [20]",
 )
 @click.option(
     "--approve-plan",
@@ -121,18 +125,23 @@ def run_command(
     db: str | None,
     durability: Durability | None,
     stream_plan: bool | None,
+    tree: TreeFlags,
     **budget_flags: Any,
 ) -> int:
     """Plan GOAL with the model, validate the plan, execute it with the tools, combine.
 
-    GOAL may be - to read it from standard input (or use --goal-file). Every budget flag
+    GOAL may be - to read it from standard input (or use --goal-file). With --strategy
+    tree, GOAL becomes the root of a new plan tree and the run works through it; --plan
+    executes a stored plan tree (--node: one subtree) instead of a GOAL. Every budget flag
     also reads TASKDECOMP_<FLAG> (e.g. TASKDECOMP_MAX_TOOL_CALLS) from the environment or
     .env. Exit code: 0 on success, 1 when the run stopped, 2 on usage errors,
     3 when the run waits for approval (taskdecomp approve / reject), 130 on Ctrl-C (the run
     is stored as cancelled and can be resumed).
     """
-    text = read_goal(goal, goal_file)
-    assert text is not None  # read_goal requires one
+    source = click.get_current_context().get_parameter_source("strategy")
+    named = source is not ParameterSource.DEFAULT
+    strategy = tree_source(goal, goal_file, tree, strategy, named=named)
+    text = read_goal(goal, goal_file, required=tree.plan_id is None)
     if prompts is not None:
         from taskdecomp.prompts import check_directory
         from taskdecomp.strategies.replan import PROMPT_NAMES
@@ -143,11 +152,13 @@ def run_command(
         {
             ("max_iterations", "--max-iterations"): max_iterations,
             ("max_agent_turns", "--max-agent-turns"): max_agent_turns,
-            ("approve_plan", "--approve-plan"): approve_plan,
+            ("approve_plan", "--approve-plan"): approve_plan or None,
             ("prompts", "--prompts"): prompts,
+            **tree.flags(),
         },
         option_pairs,
         hints={"approve_plan": APPROVE_PLAN_HINT},
+        defaults=tree_defaults() if strategy == "tree" else None,
     )
     from taskdecomp import durable  # the engine, once the arguments are known to be right
     from taskdecomp.engine import run
@@ -164,11 +175,12 @@ def run_command(
     allowed = names(allow)
     durable.lease_seconds(settings.lease_seconds)  # refused here, before a store is created
     toolset = load_tools(tools)  # before the run: Ctrl-C in a slow import just exits
-    with open_run_store(settings, db, create=True, quiet=as_json) as store:
+    new_store = tree.plan_id is None  # a stored plan tree is read from a store that exists
+    with open_run_store(settings, db, create=new_store, quiet=as_json) as store:
         env = _app.environment(settings, store, durability)
         return until_done(
             lambda on_event: run(
-                text,
+                text or "",  # none: the stored tree's title, or its node's name
                 tools=toolset,
                 model=planner,
                 combiner_model=combiner,
@@ -182,7 +194,21 @@ def run_command(
             ),
             as_json=as_json,
             db=db,
+            show=result_view(store) if strategy == "tree" else None,
         )
+
+
+def result_view(store: SqlStore) -> Callable[[RunResult], None]:
+    """How a command prints the result of a run that may be a tree run: with its tree."""
+    from taskdecomp.cli import treeview, views
+    from taskdecomp.cli.display import console
+
+    def show(result: RunResult) -> None:
+        stored = store.load_run(result.run_id)
+        tree = treeview.tree_of(store, stored)
+        views.summary(console(), result, debug=debug_enabled(), tree=tree)
+
+    return show
 
 
 def until_done(
@@ -308,17 +334,25 @@ def runs_command(limit: int, as_json: bool, db: str | None) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print the stored run as JSON.")
 @DB_OPTION
 def show_command(run_id: str, as_json: bool, db: str | None) -> int:
-    """Print a stored run: its plan, trace and history."""
-    from taskdecomp.cli import views
+    """Print a stored run: its plan, trace and history.
+
+    A run of the tree strategy is drawn as its plan tree, each node with its status and
+    its result; with --json, the tree is under "tree".
+    """
+    from taskdecomp.cli import treeview, views
     from taskdecomp.cli.display import console
     from taskdecomp.run import RunId
 
     with open_run_store(load_settings(), db) as store:
         stored = store.load_run(RunId(run_id))
+        tree = treeview.tree_of(store, stored)
     if as_json:
-        echo_json(stored.to_dict())
+        data = stored.to_dict()
+        if treeview.is_tree(stored):
+            data["tree"] = tree
+        echo_json(data)
     else:
-        views.show_stored(console(), stored)
+        views.show_stored(console(), stored, tree=tree)
     return 0
 
 
@@ -361,6 +395,7 @@ def resume_command(
     approval), 130 on Ctrl-C.
     """
     from taskdecomp import runconfig
+    from taskdecomp.cli import treeview
     from taskdecomp.cli.display import console, literal
     from taskdecomp.engine import resume
     from taskdecomp.run import RunId
@@ -368,6 +403,7 @@ def resume_command(
     settings = load_settings()
     with open_run_store(settings, db) as store:
         stored = store.load_run(RunId(run_id))
+        shown = result_view(store) if treeview.is_tree(stored) else None
         if not stored.resumable and stored.summary.status != "paused":
             summary = stored.summary
             console(stderr=True).print(
@@ -378,7 +414,7 @@ def resume_command(
                 ),
                 soft_wrap=True,
             )
-            return report(stored.result(), as_json=as_json)
+            return report(stored.result(), as_json=as_json, show=shown)
         budget = runconfig.stored_config(stored).budget
         if max_seconds is not None:
             budget = dataclasses.replace(budget, max_seconds=max_seconds)
@@ -398,6 +434,7 @@ def resume_command(
             ),
             as_json=as_json,
             db=db,
+            show=shown,
         )
 
 

@@ -3,14 +3,16 @@
 ``--strategy NAME`` takes any registered strategy that starts from a goal (plugins
 included); the registry is read only when a command uses it, so ``--help`` stays light.
 ``--option KEY=VALUE`` sets any of the strategy's options in their JSON form; a strategy's
-own flags (``--max-iterations`` for ``replan``) are the same options by another name.
+own flags (``--max-iterations`` for ``replan``, ``--decompose`` for ``tree``) are the same
+options by another name, and a flag no option of the chosen strategy takes is refused with
+the strategies that take it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import click
 
@@ -39,14 +41,28 @@ class StrategyName(click.ParamType[str]):
         return "NAME"
 
 
-STRATEGY_OPTION = click.option(
-    "--strategy",
-    type=StrategyName(),
-    default="plan_execute",
-    show_default=True,
-    help="plan_execute: plan once, run, combine. replan: plan, run the ready steps, replan. "
-    "Or a strategy an installed package adds.",
+STRATEGY_HELP = (
+    "plan_execute: plan once, run, combine. replan: plan, run the ready steps, replan. "
+    "tree: work through a plan tree, splitting a task only when its attempt fails. "
+    "Or a strategy an installed package adds."
 )
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def strategy_option(*, note: str = "") -> Callable[[_F], _F]:
+    """The ``--strategy`` option (default ``plan_execute``); ``note`` ends its help."""
+    return click.option(
+        "--strategy",
+        type=StrategyName(),
+        default="plan_execute",
+        show_default=True,
+        help=f"{STRATEGY_HELP} {note}".strip(),
+    )
+
+
+STRATEGY_OPTION = strategy_option()
 OPTION_OPTION = click.option(
     "--option",
     "option_pairs",
@@ -66,10 +82,14 @@ def strategy_options(
     pairs: Sequence[str],
     *,
     hints: Mapping[str, str] | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> Any:
-    """The options of ``strategy`` from its flags (unset: ``None`` or ``False``) and pairs.
+    """The options of ``strategy`` from its flags (unset: ``None``) and pairs.
 
-    ``hints`` add a sentence to the refusal of a flag (by its key).
+    A flag's ``False`` or ``0`` is a value given (``--no-redecompose``, ``--node-retries
+    0``): an on/off flag that is off unless given passes ``None`` for off. ``defaults``
+    (by option key, from the environment) count below the flags and pairs, and are never
+    refused. ``hints`` add a sentence to the refusal of a flag (by its key).
 
     Raises:
         click.UsageError: a flag or a pair is not one of the strategy's options, or a value
@@ -83,11 +103,17 @@ def strategy_options(
             f"--strategy {strategy} does not start from a goal; choose one of: "
             f"{', '.join(registry.goal_strategies())}"
         )
-    given = {flag: value for flag, value in flags.items() if value not in (None, False)}
-    refused = [(key, flag) for (key, flag), value in given.items() if _refuses(chosen, key, value)]
+    given = {flag: value for flag, value in flags.items() if value is not None}
+    context = {key: value for (key, _), value in given.items()}
+    refused = [
+        (key, flag)
+        for (key, flag), value in given.items()
+        if _refuses(chosen, key, value) and _refuses(chosen, key, value, context)
+    ]
     if refused:
         raise click.UsageError(_refusal(strategy, refused, given, hints or {}))
-    data = {key: value for (key, _), value in given.items()}
+    data = dict(defaults or {})
+    data.update({key: value for (key, _), value in given.items()})
     data.update(_pairs(pairs))
     try:
         return registry.options_for(chosen, data)
@@ -95,9 +121,14 @@ def strategy_options(
         raise click.UsageError(str(exc)) from None
 
 
-def _refuses(chosen: Any, key: str, value: Any) -> bool:
+def _refuses(chosen: Any, key: str, value: Any, context: Mapping[str, Any] | None = None) -> bool:
+    """Whether ``chosen`` takes no option ``key`` of ``value``, alone or in ``context``.
+
+    In context, an option that needs another (``--node`` needs ``--plan``) is not refused.
+    """
+    data = {name: _jsonable(given) for name, given in (context or {}).items()}
     try:
-        chosen.options({key: _jsonable(value)})
+        chosen.options({**data, key: _jsonable(value)})
     except ConfigError:
         return True
     return False

@@ -2,7 +2,8 @@
 
 Every table is fitted to the console's width (:func:`~taskdecomp.cli.display.fitted_table`):
 ids and states stay whole and free text wraps or shrinks. A plan that declares
-``depends_on`` shows it in an ``after`` column, so a DAG is visible.
+``depends_on`` shows it in an ``after`` column, so a DAG is visible. A ``tree`` run is
+drawn as its plan tree (:mod:`taskdecomp.cli.treeview`) instead of its plan table.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from taskdecomp.cli import treeview
 from taskdecomp.cli.display import Column, fitted_table, line, literal
 from taskdecomp.plan import Plan, Step
 from taskdecomp.run import RunResult
@@ -32,8 +34,18 @@ GOAL_WIDTH = 16
 """The narrowest goal column of ``runs``: three lines of it show at least 30 characters."""
 
 
-def summary(console: Console, result: RunResult, *, debug: bool = False) -> None:
-    """Print a run's result: how it ended, its plan, its answer and what it spent."""
+def summary(
+    console: Console,
+    result: RunResult,
+    *,
+    debug: bool = False,
+    tree: Mapping[str, Any] | None = None,
+) -> None:
+    """Print a run's result: how it ended, its plan, its answer and what it spent.
+
+    ``tree``, a ``tree`` run's tree (:func:`~taskdecomp.cli.treeview.tree_of`), is drawn
+    instead of the plan table.
+    """
     colour = "green" if result.ok else "red"
     console.print(
         line((result.status, f"bold {colour}"), " stop_reason=", literal(result.stop_reason))
@@ -44,6 +56,17 @@ def summary(console: Console, result: RunResult, *, debug: bool = False) -> None
         console.print(literal(result.message, "dim"))
     if result.stop_reason.startswith("tool_error:") and not debug:
         console.print(literal("add --debug to see where the tool raised (file and line)", "dim"))
+    if tree is not None:
+        _tree(console, result.run_id, result.approval, tree)
+    else:
+        _result_plan(console, result)
+    if result.answer:
+        console.print(Panel(literal(result.answer), title="answer", title_align="left"))
+    console.print(usage_line(result))
+
+
+def _result_plan(console: Console, result: RunResult) -> None:
+    """The plan table with each step's outcome (or the raw plan), and what waits for approval."""
     if result.approval is not None and not _in_table(result.approval, result.plan):
         _approval(console, result.run_id, result.approval)
     if result.plan is not None:
@@ -61,9 +84,21 @@ def summary(console: Console, result: RunResult, *, debug: bool = False) -> None
     elif result.raw_plan is not None:
         raw = _json(result.raw_plan, 2000)
         console.print(Panel(literal(raw), title="raw_plan", title_align="left"))
-    if result.answer:
-        console.print(Panel(literal(result.answer), title="answer", title_align="left"))
-    console.print(usage_line(result))
+
+
+def _tree(
+    console: Console, run_id: str, approval: Mapping[str, Any] | None, tree: Mapping[str, Any]
+) -> None:
+    """A tree run's tree, and what it waits for: a split by its node, anything else as is."""
+    treeview.draw(console, tree)
+    if approval is None:
+        return
+    split = treeview.pending_split(approval, tree)
+    if split is None:
+        _approval(console, run_id, approval)
+        return
+    console.print(line(("waiting for approval: ", "yellow"), split), soft_wrap=True)
+    _decide(console, run_id)
 
 
 def usage_line(result: RunResult) -> Text:
@@ -77,8 +112,14 @@ def usage_line(result: RunResult) -> Text:
     )
 
 
-def show_stored(console: Console, stored: StoredRun) -> None:
-    """Print a stored run: header, plan, trace, history and answer."""
+def show_stored(
+    console: Console, stored: StoredRun, *, tree: Mapping[str, Any] | None = None
+) -> None:
+    """Print a stored run: header, plan, trace, history and answer.
+
+    ``tree``, a ``tree`` run's tree, is drawn instead of the plan and the history (each
+    node's result is in it, shortened; ``show --json`` has them whole).
+    """
     head = stored.summary
     colour = {"ok": "green", "stopped": "red"}.get(head.status, "yellow")
     console.print(
@@ -103,7 +144,7 @@ def show_stored(console: Console, stored: StoredRun) -> None:
     pending = stored.pending_approval()
     if stored.message and pending is None:
         console.print(literal(stored.message, "dim", limit=2000))
-    if pending is not None and not _in_table(pending, stored.plan):
+    if tree is None and pending is not None and not _in_table(pending, stored.plan):
         _approval(console, stored.run_id, pending)
     if stored.lease is not None:
         lease = stored.lease
@@ -115,6 +156,22 @@ def show_stored(console: Console, stored: StoredRun) -> None:
                 limit=300,
             )
         )
+    if tree is not None:
+        _tree(console, stored.run_id, pending, tree)
+    else:
+        _stored_plan(console, stored, pending)
+    _trace_table(console, stored)
+    if tree is None:
+        for entry in stored.history:
+            title = line(f"step {entry.step_no} ", literal(entry.plan_step.id, limit=80))
+            body = literal(_json(entry.observation, 2000))
+            console.print(Panel(body, title=title, title_align="left"))
+    if stored.answer:
+        console.print(Panel(literal(stored.answer, limit=100_000), title="answer"))
+
+
+def _stored_plan(console: Console, stored: StoredRun, pending: Mapping[str, Any] | None) -> None:
+    """The plan table with the steps done (or the raw plan), and what waits for approval."""
     if stored.plan is not None:
         done = stored.finished_steps()
         console.print(
@@ -126,13 +183,6 @@ def show_stored(console: Console, stored: StoredRun) -> None:
             _plan_approval(console, stored.run_id, pending)
     elif stored.raw_plan is not None:
         console.print(Panel(literal(_json(stored.raw_plan, 2000)), title="raw_plan"))
-    _trace_table(console, stored)
-    for entry in stored.history:
-        title = line(f"step {entry.step_no} ", literal(entry.plan_step.id, limit=80))
-        body = literal(_json(entry.observation, 2000))
-        console.print(Panel(body, title=title, title_align="left"))
-    if stored.answer:
-        console.print(Panel(literal(stored.answer, limit=100_000), title="answer"))
 
 
 def runs_table(console: Console, summaries: list[RunSummary], *, store_name: str) -> None:
