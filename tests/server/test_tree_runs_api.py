@@ -20,7 +20,15 @@ from taskdecomp.server import ServerConfig
 from taskdecomp.server.actions import catalog
 from tests.server.support import Served, decomp_model, sse_events, wait_for, write_script
 from tests.server.test_openapi_client import check, document, plain
-from tests.server.tree_support import ANSWER, RESULTS, conference, ended, node_id, tree_model
+from tests.server.tree_support import (
+    ANSWER,
+    RESULTS,
+    SPONSORS,
+    conference,
+    ended,
+    node_id,
+    tree_model,
+)
 from tests.store.conftest import pg_url  # noqa: F401  (a fixture, used by name)
 
 
@@ -142,6 +150,12 @@ def test_one_node_runs_its_subtree_as_it_is(server: Served) -> None:
         assert plain_goal.status_code == 202 and plain_goal.json()["goal"] == "Venue"
         ended(client, plain_goal.json()["run_id"])
         after = client.get(f"/plans/{tree['id']}/tree").json()
+        options = {"plan_id": tree["id"], "node_id": venue, "decompose": "none"}
+        body = {"goal": "Venue", "toolset": "demo", "strategy": "tree", "options": options}
+        by_post = ended(client, client.post("/runs", json=body).json()["run_id"])
+        body = {"goal": "Sponsors", "toolset": "demo", "strategy": "tree"}
+        from_goal = ended(client, client.post("/runs", json=body).json()["run_id"])
+        plans = client.get("/plans").json()["plans"]
     assert view["status"] == "ok", view["message"]
     assert view["answer"] == "Venue: Hall 7, booked for 12 May"
     assert view["tree"]["root"] == venue
@@ -149,6 +163,12 @@ def test_one_node_runs_its_subtree_as_it_is(server: Served) -> None:
         ("Venue", 0, "ok"), ("Shortlist", 1, "ok"), ("Book", 1, "ok"),
     ]  # fmt: skip
     assert len(after["nodes"]) == len(tree["nodes"])  # executed as it is: nothing added
+    # POST /runs with the tree strategy: a stored tree named in the options, or a new one.
+    assert by_post["status"] == "ok" and by_post["tree"]["root"] == venue
+    assert by_post["answer"] == view["answer"]
+    assert from_goal["status"] == "ok" and from_goal["answer"] == "Sponsors: 3 signed of 4 found"
+    assert from_goal["tree"]["plan_id"] == plans[0]["id"] != tree["id"]
+    assert [n["name"] for n in from_goal["tree"]["nodes"]] == ["Sponsors", *SPONSORS]
 
 
 def test_bad_requests_are_problems_and_store_nothing(
