@@ -10,14 +10,15 @@ why; the others still run. ``docs/actions.md`` documents the same catalog.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from taskdecomp.policy import parse_model_json
-from taskdecomp.server.schemas import STRATEGY
+from taskdecomp.server.schemas import strategy_names
 from taskdecomp.stops import StopRun
 
 MAX_ACTIONS = 5
@@ -52,13 +53,48 @@ class DecomposeTaskArgs(_Args):
     mode: Literal["append", "overwrite"] = "append"
 
 
-class StartRunArgs(_Args):
-    """``run_operation/start_run``: start a run with a registered toolset."""
+def _strategy_choices(schema: dict[str, Any]) -> None:
+    """Document the strategies installed when the schema is made, beside ``null``."""
+    for choice in schema.get("anyOf", ()):
+        if choice.get("type") == "string":
+            strategy_names(choice)
 
-    goal: str = Field(min_length=1, max_length=20_000)
+
+class StartRunArgs(_Args):
+    """``run_operation/start_run``: start a run with a registered toolset.
+
+    With ``plan_id``: execute that stored plan tree (or ``node_id``'s subtree) with the
+    ``tree`` strategy.
+    """
+
+    goal: str | None = Field(default=None, min_length=1, max_length=20_000)
+    """What the run achieves; needed without ``plan_id`` (with it: the plan's title, or
+    the node's name)."""
     toolset: str = Field(min_length=1, max_length=200)
-    strategy: str = STRATEGY
+    strategy: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="A registered strategy that starts from a goal; default: plan_execute, "
+        "or tree with plan_id.",
+        json_schema_extra=_strategy_choices,
+    )
     allow: list[str] | None = Field(default=None, max_length=200)
+    plan_id: int | None = Field(default=None, ge=1)
+    """A stored plan tree to execute."""
+    node_id: int | None = Field(default=None, ge=1)
+    """With ``plan_id``: execute only this node's subtree."""
+
+    @model_validator(mode="after")
+    def _runs_something(self) -> StartRunArgs:
+        if self.plan_id is None:
+            if self.goal is None:
+                raise ValueError("give a goal, or a plan_id to execute a stored plan tree")
+            if self.node_id is not None:
+                raise ValueError("node_id names a node of plan_id: give the plan too")
+        elif self.strategy not in (None, "tree"):
+            raise ValueError("a stored plan tree runs with the tree strategy: leave strategy out")
+        return self
 
 
 class RunRefArgs(_Args):
@@ -180,6 +216,6 @@ def catalog() -> list[dict[str, Any]]:
         schema = model.model_json_schema()
         schema.pop("title", None)
         entries.append(
-            {"action": name, "description": (model.__doc__ or "").strip(), "args": schema}
+            {"action": name, "description": inspect.cleandoc(model.__doc__ or ""), "args": schema}
         )
     return entries

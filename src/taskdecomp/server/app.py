@@ -59,6 +59,7 @@ from taskdecomp.server.schemas import (
     RunsQuery,
 )
 from taskdecomp.server.service import Service
+from taskdecomp.server.treeruns import add_routes as add_tree_run_routes
 from taskdecomp.server.workflows import add_routes as add_workflow_routes
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ def create_app(service: Service) -> FastAPI:
     _errors(app)
     _run_routes(app, service)
     _plan_routes(app, service)
+    add_tree_run_routes(app, service)
     _misc_routes(app, service)
     install(app, token=service.config.token is not None)
     add_workflow_routes(app, service)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskdecomp.errors import ModelError, TaskdecompError
 from taskdecomp.models import Message, Model, ModelRequest
-from taskdecomp.server import actions
+from taskdecomp.server import actions, treeruns
 from taskdecomp.server.actions import (
     Checked,
     CreatePlanArgs,
@@ -31,7 +31,7 @@ from taskdecomp.server.actions import (
 )
 from taskdecomp.server.plans import Job
 from taskdecomp.server.problems import Problem, detail_of, one_line
-from taskdecomp.server.schemas import RunIn
+from taskdecomp.server.schemas import RunIn, TreeRunIn
 
 if TYPE_CHECKING:
     from taskdecomp.server.service import Service
@@ -175,9 +175,21 @@ class ChatAgent:
 
     async def _start_run(self, args: Any) -> Outcome:
         assert isinstance(args, StartRunArgs)
-        body = RunIn(goal=args.goal, toolset=args.toolset, strategy=args.strategy, allow=args.allow)
+        if args.plan_id is not None:
+            return await self._start_tree_run(args, args.plan_id)
+        assert args.goal is not None  # the arguments' check
+        strategy = args.strategy or "plan_execute"
+        body = RunIn(goal=args.goal, toolset=args.toolset, strategy=strategy, allow=args.allow)
         run_id = await self.service.runs.start(body)
         return f"Started run {run_id}.", {"run_id": run_id}
+
+    async def _start_tree_run(self, args: StartRunArgs, plan_id: int) -> Outcome:
+        body = TreeRunIn(toolset=args.toolset, goal=args.goal, allow=args.allow)
+        run_id = (await treeruns.start(self.service, plan_id, args.node_id, body))["run_id"]
+        what = f"plan #{plan_id}"
+        if args.node_id is not None:
+            what = f"node {args.node_id} of {what}"
+        return f"Started run {run_id} of {what}.", {"run_id": run_id}
 
     async def _get_run(self, args: Any) -> Outcome:
         assert isinstance(args, RunRefArgs)

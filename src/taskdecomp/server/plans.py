@@ -223,6 +223,10 @@ class PlanService:
         self._jobs.setdefault(plan_id, []).append(job)
         return job
 
+    def decomposing(self, plan_id: int) -> bool:
+        """Whether a decomposition of the plan runs in this process now."""
+        return self._busy(plan_id)
+
     def _busy(self, plan_id: int) -> bool:
         return any(job.state == "running" for job in self._jobs.get(PlanTreeId(plan_id), ()))
 

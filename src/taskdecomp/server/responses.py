@@ -22,6 +22,7 @@ from taskdecomp.decomposition import Mode
 from taskdecomp.server.plans import JobState
 from taskdecomp.stops import LlmPhase
 from taskdecomp.store.base import RunState
+from taskdecomp.strategies.tree.state import NodeStatus
 
 Status = Literal["queued", "running", "interrupted", "paused", "ok", "stopped"]
 """A run's status as the API shows it: the stored one, or ``interrupted`` (see
@@ -163,6 +164,47 @@ class WorkflowList(_Out):
     workflows: list[Workflow]
 
 
+class RunTreeNode(_Out):
+    """A node of a tree run's plan tree, with where the run stands at it."""
+
+    id: int
+    parent_id: int | None
+    """``null`` for a root of the plan."""
+    name: str
+    instruction: str
+    dependencies: list[int]
+    """Nodes this one waits for (with their subtrees)."""
+    leaf: bool
+    """Whether the run executes the node itself (``false``: its children are)."""
+    depth: int
+    """0 for the run's root."""
+    status: NodeStatus
+    """``pending``, ``running``, ``ok``, ``failed``, or ``decomposed`` while a split's
+    children run."""
+    result: Json
+    """The leaf's result or the inner node's roll-up, once ``ok``."""
+    reason: str | None
+    """Why it failed, or why its last attempt did (a stop reason)."""
+    message: str | None
+    attempts: int
+    """Attempts at it as a leaf that ended without a result."""
+    step_no: int | None
+    """Its step's number in the run, once it has one."""
+    split: str | None
+    """Why the run split it, when it did."""
+
+
+class RunTree(_Out):
+    """The plan tree a ``tree`` run works through, below the run's root, in walk order."""
+
+    plan_id: int
+    root: int | None
+    """The node the run executes; ``null``: every root of the plan."""
+    title: str
+    """The plan's title."""
+    nodes: list[RunTreeNode]
+
+
 class RunView(_Out):
     """One run: the run result JSON plus what the store knows about it."""
 
@@ -210,6 +252,9 @@ class RunView(_Out):
     """Whether this server executes the run now."""
     workflow: WorkflowState | None = None
     """A workflow run's phases and tasks; ``null`` for other runs."""
+    tree: RunTree | None = None
+    """A ``tree`` run's plan tree with each node's status and result; ``null`` for other
+    runs, and for a tree run until it has started."""
 
 
 class RunSummary(_Out):

@@ -41,6 +41,7 @@ from taskdecomp.server.schemas import BudgetIn, RunIn, RunStatus
 from taskdecomp.store import RunState, RunSummary, SqlStore, StoredRun
 from taskdecomp.store.base import NewRun
 from taskdecomp.strategies import registry
+from taskdecomp.strategies.tree.view import run_tree
 from taskdecomp.tools import Toolset
 
 logger = logging.getLogger(__name__)
@@ -484,13 +485,18 @@ class RunService:
         return self._shown(stored, self.store.queue_times(stored.run_id))
 
     def _shown(self, stored: StoredRun, times: tuple[float, float | None] | None) -> dict[str, Any]:
-        """``stored`` as the API shows it; ``times``: when it was queued and started."""
+        """``stored`` as the API shows it; ``times``: when it was queued and started.
+
+        A ``tree`` run's tree is read from the store: off the event loop, unless the run has
+        not started (it has no tree yet, and nothing is read).
+        """
         data = stored.to_dict()
         data["stored_status"] = data["status"]
         data["status"] = self.status(stored.summary, stored)
         data["toolset"] = self._toolset_name(stored.tools)
         data["active"] = self.is_active(stored.run_id)
         data["workflow"] = self.workflow_view(stored) if self.workflow_view else None
+        data["tree"] = run_tree(self.store, stored)  # no read for any other run
         data.update(self._queueing(stored.run_id, times))
         data.pop("tools", None)  # a file path on the server: the toolset's name says enough
         return data

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
+from taskdecomp.strategies.tree.options import Decompose
+
 Text = Field(min_length=1, max_length=20_000)
 
 
@@ -41,7 +43,7 @@ class ReplanIn(_Body):
     approve_plan: bool = False
 
 
-def _strategy_names(schema: dict[str, Any]) -> None:
+def strategy_names(schema: dict[str, Any]) -> None:
     """Document the strategies installed when the schema is made (plugins included)."""
     from taskdecomp.strategies.registry import goal_strategies
 
@@ -53,7 +55,7 @@ STRATEGY = Field(
     min_length=1,
     max_length=200,
     description="A registered strategy that starts from a goal.",
-    json_schema_extra=_strategy_names,
+    json_schema_extra=strategy_names,
 )
 
 
@@ -80,6 +82,54 @@ class RunIn(_Body):
         max_length=200,
         description="Queued runs only: the same key submitted again gives the same run.",
     )
+
+
+@with_config(ConfigDict(extra="forbid"))
+class TreeOptionsIn(TypedDict, total=False):
+    """The ``tree`` strategy's options a client may set; a missing field keeps its default."""
+
+    decompose: Annotated[
+        Decompose,
+        Field(description="as-needed (default): split a leaf whose attempt fails; upfront; none."),
+    ]
+    max_depth: Annotated[
+        int, Field(ge=1, le=1000, description="Deepest split level below the run's root (3).")
+    ]
+    max_nodes: Annotated[int, Field(ge=1, le=1000, description="Most nodes the run adds (50).")]
+    max_children: Annotated[int, Field(ge=1, le=1000, description="Most children a split has.")]
+    node_retries: Annotated[
+        int, Field(ge=0, le=100, description="Attempts at a failed leaf after the first (1).")
+    ]
+    redecompose: Annotated[
+        bool, Field(description="Split a node again once when a child failed (true).")
+    ]
+    approve_decompositions: Annotated[
+        bool, Field(description="Pause before the children of an as-needed split run (false).")
+    ]
+    max_agent_turns: Annotated[
+        int, Field(ge=1, le=1000, description="Most executor turns per attempt at a leaf (20).")
+    ]
+
+
+class TreeRunIn(_Body):
+    """``POST /plans/{id}/runs``, ``POST /plans/{id}/nodes/{node}/runs``: run a stored tree."""
+
+    toolset: str = Field(min_length=1, max_length=200, description="A registered toolset name.")
+    goal: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=20_000,
+        description="The objective the executor is given; default: the node's name, or the "
+        "plan's title.",
+    )
+    allow: list[str] | None = Field(
+        default=None, max_length=200, description="Tools the leaves may use; default: all."
+    )
+    budget: BudgetIn | None = None
+    model: str | None = Field(
+        default=None, max_length=500, description="One of GET /models; default: the first."
+    )
+    options: TreeOptionsIn | None = Field(default=None, description="The tree strategy's options.")
 
 
 class ApproveIn(_Body):

@@ -84,7 +84,7 @@ async function selectRun(runId) {
   stopFollowing();
   const mine = current = { kind: "run", id: runId, states: {}, stream: null, view: null };
   show("run");
-  for (const part of ["event-log", "steps", "dag"]) $(part).replaceChildren();
+  for (const part of ["event-log", "steps", "dag", "run-tree"]) $(part).replaceChildren();
   $("event-count").textContent = "0";
   await refreshRun();
   if (mine !== current || !mine.view) return;
@@ -99,6 +99,9 @@ function onRunEvent(message) {
     case "StepStarted": case "AgentTurn": setState(data.step_id, "running"); break;
     case "StepFinished": setState(data.step_id, data.ok ? "done" : "failed"); refreshRun(); break;
     case "ApprovalDecided": clearWaiting(); refreshRun(); break;
+    case "NodeStarted": case "NodeFinished": case "NodeDecomposed":
+      if (!window.runTreeEvent($("run-tree"), current.id, message)) refreshRun();
+      break;
     case "PlanCreated": case "PlanRevised": case "ApprovalRequested": case "RunStopped": case "end":
       refreshRun(); break;
     default: break;
@@ -120,6 +123,7 @@ function setState(stepId, state) {
 function inferRunning() {
   const run = current;
   if (!run || run.kind !== "run" || !run.view || run.view.status !== "running") return;
+  if (isTreeRun(run.view)) return; // its nodes say themselves when they start
   const plan = run.view.plan || [];
   const deps = dependencies(plan);
   for (const step of plan) {
@@ -154,7 +158,7 @@ async function loadRun(run) {
   for (const entry of view.trace) if (!entry.ok) run.states[entry.step_id] = "failed";
   for (const entry of view.history) run.states[entry.plan_step.id] = "done"; // a resume redid it
   const ids = (view.plan || []).map((s) => s.id).join(",");
-  if (ids !== run.planIds) { run.planIds = ids; drawDag($("dag"), view.plan || [], run.states, pickStep); }
+  if (ids !== run.planIds && !isTreeRun(view)) { run.planIds = ids; drawDag($("dag"), view.plan || [], run.states, pickStep); }
   renderApproval(view, run);
   if (view.status === "running") inferRunning();
   else for (const [id, state] of Object.entries(run.states)) if (state === "running") setState(id, "pending");
@@ -162,6 +166,7 @@ async function loadRun(run) {
   renderStop(view);
   renderUsage(view);
   showWorkflow(view);
+  showRunTree(view);
   $("answer").hidden = !view.answer;
   $("answer").textContent = view.answer || "";
   const resumable = view.status === "interrupted" || (view.status === "stopped" && ["cancelled", "max_seconds"].includes(view.stop_reason));
@@ -183,9 +188,12 @@ function renderApproval(view, run) {
   const pending = view.status === "paused" ? view.approval : null;
   $("approval").hidden = !pending;
   if (!pending) return;
+  const steps = pending.subject.plan || [];
   $("approval-text").textContent = pending.kind === "tool"
     ? `The call of ${pending.subject.tool} in step ${pending.subject.step_id} waits for approval: ${JSON.stringify(pending.subject.args)}`
-    : `The plan (${(pending.subject.plan || []).length} steps) waits for approval.`;
+    : isTreeRun(view)
+      ? `A split waits for approval before its ${steps.length} subtasks run: ${steps.map((s) => s.title).join(", ")}.`
+      : `The plan (${steps.length} steps) waits for approval.`;
   if (pending.kind === "tool") setState(pending.subject.step_id, "waiting");
   else for (const step of view.plan || []) if (run.states[step.id] !== "done") setState(step.id, "waiting");
 }
@@ -196,6 +204,18 @@ function showWorkflow(view) {
   const shown = Boolean(view.workflow) && typeof window.renderWorkflow === "function";
   box.hidden = !shown;
   if (shown) window.renderWorkflow(box, view);
+}
+
+function isTreeRun(view) {
+  return Boolean(view.tree) || (view.config && view.config.strategy) === "tree";
+}
+
+// Tree runs are drawn by treeview.js's renderRunTree: their plan tree, not a DAG of steps.
+function showRunTree(view) {
+  const shown = isTreeRun(view) && typeof window.renderRunTree === "function";
+  $("dag").parentElement.hidden = shown;
+  $("run-tree").hidden = !shown;
+  if (shown) window.renderRunTree($("run-tree"), view);
 }
 
 function pickStep(stepId) {
@@ -225,6 +245,7 @@ async function selectPlan(planId) {
   try { tree = await api("GET", `/plans/${planId}/tree`); } catch (error) { notice(error.message); return; }
   if (mine !== current) return;
   $("plan-heading").textContent = `Plan #${planId}: ${tree.title}`;
+  $("run-plan").onclick = () => window.startTreeRun(planId, null);
   mine.stream = follow(`/plans/${planId}/events`, (message) => { if (current === mine) onPlanEvent(message); });
 }
 
@@ -239,9 +260,11 @@ function addNode(node) {
   if (document.querySelector(`#tree li[data-node-id="${node.id}"]`)) return;
   const split = el("button", { type: "button", className: "decompose", textContent: "decompose" });
   split.onclick = () => api("POST", `/plans/${node.plan_id}/nodes/${node.id}/decompose`, { expand_depth: 1 }).catch((e) => notice(e.message));
+  const run = el("button", { type: "button", className: "run", textContent: "run" });
+  run.onclick = () => window.startTreeRun(node.plan_id, node.id);
   const label = el("span", { className: "label", textContent: `[${node.id}] ${node.name}`, title: node.instruction });
   const li = el("li", { className: "fresh", dataset: { nodeId: node.id, position: node.position, leaf: String(node.leaf) } },
-    label, split, el("ul"));
+    label, split, run, el("ul"));
   setTimeout(() => li.classList.remove("fresh"), 1500);
   const parent = node.parent_id === null ? $("tree") : document.querySelector(`#tree li[data-node-id="${node.parent_id}"] > ul`);
   if (!parent) return;

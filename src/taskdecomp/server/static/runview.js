@@ -29,6 +29,8 @@ const STOPS = {
   bad_ref: "a step's reference does not resolve",
   unavailable: "the worker has no toolset or model of this name",
   poisoned: "its worker died running it too often",
+  invalid_tree: "the plan tree cannot be worked through; nothing ran",
+  node_failed: "this node failed after its retries and splits, and with it the run's root",
 };
 
 function stopMeaning(reason) {
@@ -117,6 +119,9 @@ function eventSummary(kind, data) {
     case "StepStarted": return `${data.step_id} → ${data.tool || "instruction"}`;
     case "StepFinished": return `${data.step_id} ${data.tool || ""} ${data.ok ? "ok" : "failed"}${data.error ? ": " + data.error : ""}`;
     case "RunStopped": return `${data.status} · ${data.stop_reason}`;
+    case "NodeStarted": return `node ${data.node_id} ${data.name}${data.leaf ? "" : " (its children)"}`;
+    case "NodeFinished": return `node ${data.node_id} ${data.status}${data.error ? ": " + data.error : ""}`;
+    case "NodeDecomposed": return `node ${data.node_id} → ${(data.children || []).join(", ")}: ${data.reason}`;
     case "end": return `the stream ended: ${data.status}`;
     default: return scalars(data);
   }
