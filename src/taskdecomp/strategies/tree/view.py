@@ -61,7 +61,7 @@ def run_tree(store: SqlStore, stored: StoredRun) -> dict[str, Any] | None:
                 "instruction": node.instruction,
                 "dependencies": list(node.dependencies),
                 "leaf": shape.is_leaf(node.id),
-                "depth": depth - (1 if state.root is None else 0),
+                "depth": depth,
                 "status": record.status if record is not None else "pending",
                 "result": record.result if record is not None else None,
                 "reason": record.reason if record is not None else None,
