@@ -200,10 +200,11 @@ class Splitter:
         if asked.children and self._fine(tree):
             self.records.decomposed(node_id, asked.children, asked.reason)
             return True
-        if asked.redo:  # the node keeps the children it had, and fails
-            self.state.splits.pop(key)
-            if before is not None:
-                self.state.splits[key] = before
+        if asked.redo:  # the node keeps the children it had (not new ones), and fails
+            old: list[int] = [
+                kid.id for kid in tree.children(node_id) if kid.position < asked.first_position
+            ]
+            self.state.splits[key] = before or Split(first_position=0, reason="", children=old)
         else:  # tried: the leaf is not split again
             asked.children = []
         self.records.reshape(tree)

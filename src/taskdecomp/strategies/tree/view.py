@@ -68,7 +68,7 @@ def run_tree(store: SqlStore, stored: StoredRun) -> dict[str, Any] | None:
                 "message": record.message if record is not None else None,
                 "attempts": record.attempts if record is not None else 0,
                 "step_no": record.step_no if record is not None else None,
-                "split": split.reason if split is not None and split.children else None,
+                "split": (split.reason or None) if split is not None and split.children else None,
             }
         )
     return {"plan_id": tree.id, "root": state.root, "title": tree.title, "nodes": nodes}
