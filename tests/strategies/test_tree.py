@@ -595,3 +595,32 @@ def test_a_stored_run_has_a_step_per_node_in_its_plan_and_history(store: SqlStor
         "Venue",
         "Speakers",
     ]
+
+
+def test_a_second_split_that_is_refused_leaves_the_children_it_had(store: SqlStore) -> None:
+    tree = stored_tree(
+        store, "Event", {"Event": {"Venue": {"Hall": {}, "Garden": {}}, "Invite": {}}}
+    )
+    depend(store, tree, "Invite", "Venue")
+    invite = by_name(tree, "Invite")
+    scripted = model(
+        (node("Hall"), call("broken", key="hall"), "execute"),
+        (node("Garden"), finish("garden free"), "execute"),
+        (target("Venue"), {"children": [{"name": "Ask", "dependencies": [invite]}]}, "decompose"),
+        (target("Event"), {"should_stop": True, "reason": "nothing else to try"}, "decompose"),
+    )
+    result = run_sync(
+        tools=Log().tools(),
+        model=scripted,
+        store=store,
+        plan=tree.id,
+        tree=TreeOptions(max_depth=2),
+    )
+    assert result.stop_reason == f"node_failed:{by_name(tree, 'Hall')}"
+    # Venue and then Event, once each; Hall is at the maximum depth
+    assert [a["target_task"]["name"] for a in asked_to_split(scripted)] == ["Venue", "Event"]
+    assert children_in_store(store, result.run_id, "Venue") == ["Hall", "Garden", "Ask"]
+    shown = tree_of(store, result.run_id)
+    assert list(shown) == ["Event", "Venue", "Hall", "Garden", "Invite"]
+    assert shown["Venue"]["status"] == "failed" and shown["Invite"]["status"] == "failed"
+    assert shown["Garden"]["result"] == "garden free"
