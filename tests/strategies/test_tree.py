@@ -406,6 +406,14 @@ def test_independent_branches_run_at_once(store: SqlStore) -> None:
     assert result.status == "ok", result.message
     assert sorted(met) == ["left", "right"]
     assert result.answer == "both met"  # the roll-up of the plan's two roots
+    view = run_tree(store, store.load_run(result.run_id))
+    assert view is not None and view["root"] is None
+    assert [(n["name"], n["depth"], n["status"]) for n in view["nodes"]] == [
+        ("Left", 0, "ok"),
+        ("Left task", 1, "ok"),
+        ("Right", 0, "ok"),
+        ("Right task", 1, "ok"),
+    ]
 
 
 def test_max_parallel_bounds_the_leaves_in_flight(store: SqlStore) -> None:
