@@ -107,8 +107,8 @@ async def run(
     durable.durability(e.durability)
     given = next((o for o in (options, replan, tree) if o is not None), None)
     if plan is not None or node is not None:
-        strategy = strategy or "tree"
-        given = _with_tree(given, plan, node)
+        given = _with_tree(strategy, given, plan, node)
+        strategy = "tree"
     chosen = _goal_strategy(strategy or "plan_execute")
     settings = options_for(chosen, given)
     if not goal.strip() and (default_goal := getattr(chosen, "default_goal", None)):
@@ -146,12 +146,22 @@ async def run(
         return await execute(ctx, Outcome(), budget, phases, started=started)
 
 
-def _with_tree(given: Any, plan: int | None, node: int | None) -> dict[str, Any]:
+def _with_tree(
+    strategy: str | None, given: Any, plan: int | None, node: int | None
+) -> dict[str, Any]:
     """The ``tree`` options ``given`` (an object or their JSON form) with ``plan``/``node``.
 
     Raises:
-        ConfigError: ``given`` is another strategy's options.
+        ConfigError: another strategy is named, ``given`` is another strategy's options, or
+            ``node`` comes without ``plan``.
     """
+    if strategy not in (None, "tree"):
+        raise ConfigError(
+            f"plan= and node= execute a stored plan tree with the 'tree' strategy, not "
+            f"{strategy!r}; leave strategy out or name 'tree'"
+        )
+    if plan is None:
+        raise ConfigError(f"node={node!r} names a node of a stored plan tree: give plan= too")
     if isinstance(given, TreeOptions):
         given = registry.strategy("tree").encode(given)
     elif given is not None and not isinstance(given, dict):
@@ -390,11 +400,12 @@ def _carry_on_scripts(stored: StoredRun, planner: Model) -> None:
         planner.skip(stored.usage.llm_calls)
 
 
-def run_sync(goal: str, **kwargs: Any) -> RunResult:
+def run_sync(goal: str = "", **kwargs: Any) -> RunResult:
     """Blocking :func:`run`, for scripts and notebooks without an event loop.
 
-    It returns at the deadline even when a tool ignores cancellation (that tool is left
-    behind). Ctrl-C stores the run as ``cancelled`` (resumable), then raises
+    ``goal`` may be left out with ``plan=`` (a stored tree's title, or its node's name,
+    is the goal). It returns at the deadline even when a tool ignores cancellation (that
+    tool is left behind). Ctrl-C stores the run as ``cancelled`` (resumable), then raises
     :class:`KeyboardInterrupt`.
 
     Raises:

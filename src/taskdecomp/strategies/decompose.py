@@ -4,8 +4,9 @@
 request stands alone) to split nodes into children, level by level. The nodes of one BFS
 level are asked concurrently (at most ``concurrency`` at once); their answers are written
 in queue order once the whole level has answered, so the tree is the same whatever order
-the answers arrive in, and the node budget holds exactly. Two public entry points share
-one core: :meth:`PlanDecomposer.run_plan` (every root, ``plan_bfs``) and
+the answers arrive in, and the node budget holds exactly. Three public entry points share
+one core: :meth:`PlanDecomposer.run_plan` (every root, ``plan_bfs``),
+:meth:`PlanDecomposer.grow` (below given nodes, ``plan_bfs``) and
 :meth:`PlanDecomposer.decompose_node` (one node, ``single_node``, optionally continuing
 breadth-first below it).
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -176,6 +177,26 @@ class PlanDecomposer:
             failure=failure,
         )
         return await self._decompose(job, [(node_id, 0)])
+
+    async def grow(
+        self,
+        plan_id: PlanTreeId,
+        starts: Sequence[tuple[NodeId, int]],
+        options: DecompOptions | None = None,
+    ) -> DecompositionResult:
+        """Decompose breadth-first below the ``starts`` (``plan_bfs``), all at once.
+
+        Each start is a node with its depth, counted as ``max_depth`` counts: a start at
+        ``max_depth`` or deeper is not asked about. A ``tree`` run grows every leaf of its
+        subtree this way, level by level, before it executes them.
+
+        Raises:
+            TreeNotFoundError: no plan has this id.
+        """
+        opts = options or self.options
+        self.repository.get_plan_tree(plan_id)
+        job = _Job(plan_id=plan_id, mode="plan_bfs", opts=opts, depth_limit=opts.max_depth)
+        return await self._decompose(job, [start for start in starts if start[1] < opts.max_depth])
 
     def create_plan_sync(
         self, title: str, *, instruction: str = "", options: DecompOptions | None = None

@@ -4,43 +4,43 @@ Every node of the run's subtree runs once what it waits for has ended (see
 :mod:`taskdecomp.strategies.tree.shape`); independent nodes run at once, at most
 ``max_parallel`` leaves or roll-ups at a time. A **leaf** is carried out by the executor
 agent (one model turn per action: a tool call through the gateway, ``finish``, or
-``decompose``). When its attempt fails, or it asks to be split, and the run decomposes as
-needed, the decomposer splits it one level (with the failure as context); its children are
-written into the stored tree and run, and it becomes an **inner** node: done when its
-children are, its result a roll-up of theirs. A leaf that cannot be split is tried again
-(``node_retries``), then fails; a failed node fails its parent, which is split again once
-(``redecompose``) before it fails too.
+``decompose``), given the goal, its path, its instruction and the results of the nodes it
+needs. When its attempt fails, or it asks to be split, and the run decomposes as needed,
+the decomposer splits it one level (:mod:`taskdecomp.strategies.tree.splits`); its
+children are written into the stored tree and run, and it becomes an **inner** node: done
+when its children are, its result a roll-up of theirs (one model call; with one child,
+that child's result). A leaf that cannot be split is tried again (``node_retries``), then
+fails; a failed node fails its parent, which is split again once (``redecompose``) before
+it fails too. When the run's root fails, the run stops with ``node_failed:<node>``, naming
+the node whose own failure brought it down.
 
-Each node's end is a step of the run, checkpointed with the tree state; splits are on
-record before the decomposer is asked, so a resumed run never asks twice for a node whose
-children were written.
+Each attempt at a leaf compares its tool calls only with its own for loop detection: two
+leaves, or two attempts at one, may make the same call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine
 from typing import Any
 
 from taskdecomp import stops
-from taskdecomp.approvals import ApprovalRequest
-from taskdecomp.decomposition import DecompOptions
 from taskdecomp.errors import TreeNotFoundError
-from taskdecomp.events import NodeDecomposed, NodeFinished, NodeStarted
-from taskdecomp.models import ModelRequest, ModelResponse
-from taskdecomp.plan import Plan, Step, TaskId
+from taskdecomp.gateway import LOOP_SCOPE
+from taskdecomp.models import ModelRequest
 from taskdecomp.prompts import render
-from taskdecomp.runtime import RunContext, StoredState
+from taskdecomp.runtime import RunContext
 from taskdecomp.stops import StopRun, with_detail
 from taskdecomp.store.trees import TreeRepository
 from taskdecomp.strategies.base import Outcome
-from taskdecomp.strategies.decompose import PlanDecomposer
 from taskdecomp.strategies.replan.agent import DecompositionWanted, ExecutorAgent
 from taskdecomp.strategies.tree.options import TreeOptions
-from taskdecomp.strategies.tree.shape import TOP, Shape, check
-from taskdecomp.strategies.tree.state import NodeRecord, Split, TreeState
-from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTreeId
+from taskdecomp.strategies.tree.records import Records
+from taskdecomp.strategies.tree.shape import Shape, check
+from taskdecomp.strategies.tree.splits import Splitter
+from taskdecomp.strategies.tree.state import TreeState
+from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTree, PlanTreeId
 
 NODE_FAILURES = frozenset(
     {
@@ -59,23 +59,6 @@ NODE_FAILURES = frozenset(
 """Stops that fail an attempt at a leaf; every other stop ends the run (budgets, model or
 store failures, a pause for approval)."""
 
-SPLIT_FAILURES = frozenset({"invalid_children", "llm_empty", "store_error"})
-"""Ways a split can fail that leave the node unsplit; every other one ends the run."""
-
-
-class _RunModel:
-    """The run's model as the decomposer sees it: every call within the run's budgets."""
-
-    def __init__(self, ctx: RunContext) -> None:
-        self._ctx = ctx
-
-    @property
-    def name(self) -> str:
-        return self._ctx.model.name
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        return await self._ctx.ask(request)
-
 
 class TreeRun:
     """One run (or resumed segment) working through a plan tree."""
@@ -88,15 +71,18 @@ class TreeRun:
         state: TreeState,
         repository: TreeRepository,
     ) -> None:
-        self.ctx, self.outcome, self.options, self.state = ctx, outcome, options, state
+        self.ctx, self.options, self.state = ctx, options, state
         self.repository = repository
-        self.decomposer = PlanDecomposer(repository, _RunModel(ctx))
+        self.records = Records(ctx, outcome, state)
+        self.splits = Splitter(ctx, options, self.records, repository)
         self.slots = asyncio.Semaphore(ctx.meter.budget.max_parallel)
         self.ends: dict[NodeId, asyncio.Future[bool]] = {}
         self.pause: StopRun | None = None
-        self.cause: NodeId | None = None
-        """The first node that failed of itself (not because of another)."""
-        self.shape: Shape
+
+    @property
+    def shape(self) -> Shape:
+        """The tree as the run sees it now."""
+        return self.records.shape
 
     async def run(self) -> None:
         """Work through the tree; the root's result is the answer.
@@ -104,67 +90,66 @@ class TreeRun:
         Raises:
             StopRun: ``invalid_tree:<rule>``, ``node_failed:<node>``, or any run stop.
         """
-        self._open()
+        await self._open()
         if self.options.decompose == "upfront" and not self.state.upfront:
-            await self._upfront()
-        if not await self._run_node(self.shape.root):
-            failed = self.cause if self.cause is not None else self.shape.root
-            record = self.state.record(failed)
+            await self.splits.grow()
+        root = self.shape.root
+        if not await self._run_node(root):
+            cause = self.records.cause(root)
+            record = self.state.record(cause)
             raise StopRun(
-                with_detail("node_failed", str(failed)),
-                message=f"node {failed} failed ({record.reason}"
+                with_detail("node_failed", str(cause)),
+                message=f"node {cause} failed ({record.reason}"
                 + (f": {record.message}" if record.message else "")
                 + "), and with it every node above it up to the run's root",
             )
-        result = self.state.record(self.shape.root).result
-        self.outcome.answer = result if isinstance(result, str) else json.dumps(result)
-        self._save()
+        self.records.answer(self.state.record(root).result)
 
     # -- the tree -----------------------------------------------------------------------
 
-    def _open(self) -> None:
-        """Find (or store) the run's tree, check it, and put the run's start on record."""
-        state, options = self.state, self.options
+    async def _open(self) -> None:
+        """Find (or store) the run's tree, check it, and put the run's start on record.
+
+        Raises:
+            StopRun: ``invalid_tree:<rule>``: the plan or the node is not stored, or the
+                tree cannot be worked through.
+        """
+        state = self.state
         if state.plan_id is None:
-            if options.plan_id is not None:
-                state.plan_id, state.root = options.plan_id, options.node_id
-            else:
-                tree = self.repository.create_plan(self.ctx.goal, [NewNode(name=self.ctx.goal)])
-                state.plan_id, state.root = tree.id, tree.nodes[0].id
-        try:
-            tree = self.repository.get_plan_tree(PlanTreeId(state.plan_id))
-        except TreeNotFoundError as exc:
-            raise StopRun(with_detail("invalid_tree", "no_plan"), message=str(exc)) from None
-        if state.root is not None and tree.node(NodeId(state.root)) is None:
-            raise StopRun(
-                with_detail("invalid_tree", "no_node"),
-                message=f"plan {tree.id} has no node {state.root}",
-            )
-        if not tree.nodes:
-            raise StopRun(
-                with_detail("invalid_tree", "no_node"), message=f"plan {tree.id} has no nodes"
-            )
+            self._choose()
+        tree = self._load(PlanTreeId(state.plan_id or 0))
         first = not state.known
         if first:
             state.known = [node.id for node in tree.nodes]
-        self.shape = Shape(tree, state)
-        check(self.shape)
+        self.records.reshape(tree)
+        self.splits.adopt()
         if first:
-            self._save()
+            await self.records.save_durably()
+        check(self.shape)
 
-    def _reload(self) -> None:
-        self.shape = Shape(self.repository.get_plan_tree(self.shape.tree.id), self.state)
+    def _choose(self) -> None:
+        """The run's tree: the plan it was given, or a new one with the goal as its root."""
+        if self.options.plan_id is not None:
+            self.state.plan_id, self.state.root = self.options.plan_id, self.options.node_id
+            return
+        tree = self.repository.create_plan(self.ctx.goal, [NewNode(name=self.ctx.goal)])
+        self.state.plan_id, self.state.root = tree.id, tree.nodes[0].id
 
-    def _added(self) -> int:
-        """How many nodes this run added below its root."""
-        known, root = set(self.state.known), self.shape.root
-        tree = self.shape.tree
-        return sum(
-            1
-            for node in tree.nodes
-            if node.id not in known
-            and (root == TOP or root in {step.id for step in tree.path(node.id)})
-        )
+    def _load(self, plan_id: PlanTreeId) -> PlanTree:
+        try:
+            tree = self.repository.get_plan_tree(plan_id)
+        except TreeNotFoundError as exc:
+            raise StopRun(with_detail("invalid_tree", "no_plan"), message=str(exc)) from None
+        root = self.state.root
+        if root is not None and tree.node(NodeId(root)) is None:
+            raise StopRun(
+                with_detail("invalid_tree", "no_node"), message=f"plan {tree.id} has no node {root}"
+            )
+        if not tree.nodes:
+            raise StopRun(
+                with_detail("invalid_tree", "empty"), message=f"plan {tree.id} has no nodes"
+            )
+        return tree
 
     # -- running nodes ------------------------------------------------------------------
 
@@ -202,7 +187,9 @@ class TreeRun:
             raise self.pause
         for dep in self.shape.waits_for(node_id):
             if not await self._end(dep):
-                return self._fail(node_id, f"node_failed:{dep}", f"node {dep} it needs failed")
+                return self.records.fail(
+                    node_id, f"node_failed:{dep}", f"node {dep}, which it needs, failed"
+                )
         if self.shape.is_leaf(node_id):
             return await self._leaf(node_id)
         return await self._inner(node_id)
@@ -232,49 +219,74 @@ class TreeRun:
     # -- leaves -------------------------------------------------------------------------
 
     async def _leaf(self, node_id: NodeId) -> bool:
+        """Attempt the leaf until it ends: done, split (then run as inner), or failed.
+
+        A split the run asked for before it stopped (and got no answer to) is asked again
+        first, instead of another attempt.
+        """
         node = self.shape.node(node_id)
         assert node is not None  # the run's top is never a leaf
         record = self.state.record(node_id)
         while True:
-            step = self._step(node, attempt=record.attempts)
-            splittable = self._can_split(node_id)
-            record.status = "running"
-            self._started(node, leaf=True)
-            async with self.slots:
-                if self.pause is not None:
-                    raise self.pause
-                started = self.ctx.clock()
-                try:
-                    result = await self._agent(node, splittable)(self.state.number(node_id), step)
-                except DecompositionWanted as wanted:
-                    reason, message = "decompose", wanted.reason
-                except StopRun as stop:
-                    if stop.reason.partition(":")[0] not in NODE_FAILURES:
-                        raise
-                    reason, message = stop.reason, stop.message
-                else:
-                    self._ok(node_id, step, result, started=started)
-                    return True
-            self.state.finished(step.id)
-            record.attempts += 1
-            record.reason, record.message = reason, message or None
-            failure = _failure_text(reason, message)
-            if splittable and await self._split(node_id, failure):
+            asked = self.state.asking.get(str(node_id))
+            splittable = asked is not None or self.splits.can_split(node_id)
+            failure = asked.reason if asked is not None else await self._attempt(node, splittable)
+            if failure is None:
+                return True
+            if splittable and await self.splits.split(node_id, failure):
                 return await self._inner(node_id)
-            if reason == "decompose" or record.attempts > self.options.node_retries:
-                if reason == "decompose":
-                    record.reason = "cannot_split"
-                    record.message = f"it asked to be split and cannot be: {message}"
-                return self._fail(node_id, record.reason or reason, record.message)
-            self._save()
+            if record.reason == "decompose":
+                record.reason = "cannot_split"
+                record.message = f"it asked to be split and was not: {record.message}"
+            if record.attempts > self.options.node_retries:
+                return self.records.fail(node_id, record.reason or "failed", record.message)
+            self.records.save()
+
+    async def _attempt(self, node: PlanNode, splittable: bool) -> str | None:
+        """One attempt at a leaf by the executor agent; ``None`` when it is done.
+
+        Returns how it failed, in words for the decomposer (the node's record keeps the
+        stop reason).
+        """
+        record = self.state.record(node.id)
+        step = self.records.step(node, attempt=record.attempts)
+        async with self.slots:
+            if self.pause is not None:
+                raise self.pause
+            record.status = "running"
+            self.records.started(node, leaf=True)
+            started = self.ctx.clock()
+            scope = LOOP_SCOPE.set(step.id)
+            try:
+                result = await self._agent(node, splittable)(self.state.number(node.id), step)
+            except DecompositionWanted as wanted:
+                reason, message = "decompose", wanted.reason
+            except StopRun as stop:
+                if stop.reason.partition(":")[0] not in NODE_FAILURES:
+                    raise
+                reason, message = stop.reason, stop.message
+            else:
+                self.records.ok(node.id, step, result, started=started)
+                return None
+            finally:
+                LOOP_SCOPE.reset(scope)
+        self.state.finished(step.id)
+        record.attempts += 1
+        record.reason, record.message = reason, message or None
+        return _failure_text(reason, message)
 
     def _agent(self, node: PlanNode, splittable: bool) -> ExecutorAgent:
-        path = [step.name for step in self.shape.tree.path(node.id)]
-        needs = [
-            {"id": dep, "name": self._name(dep), "result": self.state.record(dep).result}
-            for dep in self.shape.waits_for(node.id)
-        ]
-        progress = {"objective": self.ctx.goal, "path": path, "dependencies": needs}
+        record = self.state.record(node.id)
+        progress: dict[str, Any] = {
+            "objective": self.ctx.goal,
+            "path": [step.name for step in self.shape.tree.path(node.id)],
+            "dependencies": [
+                {"id": dep, "name": self._name(dep), "result": self.state.record(dep).result}
+                for dep in self.shape.waits_for(node.id)
+            ],
+        }
+        if record.attempts:
+            progress["last_attempt"] = {"failed": record.reason, "message": record.message}
         return ExecutorAgent(
             self.ctx,
             progress=lambda: progress,
@@ -285,147 +297,46 @@ class TreeRun:
             decompose=splittable,
         )
 
-    def _can_split(self, node_id: NodeId) -> bool:
-        if self.options.decompose != "as-needed":
-            return False
-        split = self.state.splits.get(str(node_id))
-        if split is not None and (split.children is not None or self.shape.children(node_id)):
-            return False  # split once already (a crash before its answer allows another)
-        return (
-            self.shape.depth(node_id) < self.options.max_depth
-            and self._added() < self.options.max_nodes
-        )
-
-    # -- splits -------------------------------------------------------------------------
-
-    async def _split(self, node_id: NodeId, failure: str, *, redo: bool = False) -> bool:
-        """Ask the decomposer for ``node_id``'s children; whether any were written.
-
-        The split is on record before the question, so a resumed run finds the children
-        of an answer whose checkpoint it lost, instead of asking again.
-        """
-        siblings = self.shape.tree.children(node_id)
-        first = max((kid.position for kid in siblings), default=-1) + 1
-        split = Split(first_position=first, reason=failure, redo=redo)
-        self.state.splits[str(node_id)] = split
-        self._save()
-        budget = self.options.max_nodes - self._added()
-        options = DecompOptions(
-            max_depth=self.options.max_depth,
-            max_children=self.options.max_children,
-            total_node_budget=max(budget, 1),
-            expand_depth=1,
-            auto_on_create=False,
-        )
-        result = await self.decomposer.decompose_node(
-            self.shape.tree.id, node_id, options, failure=failure
-        )
-        problem = result.stats.get("failures", {}).get(str(node_id))
-        if problem and problem["reason"].partition(":")[0] not in SPLIT_FAILURES:
-            raise StopRun(stops.StopReason(problem["reason"]), message=problem["message"])
-        self._reload()
-        children: list[int] = [kid.id for kid in self.shape.children(node_id)]
-        split.children = children
-        if not children:
-            self._save()
-            return False
-        self.state.record(node_id).status = "decomposed"
-        self.ctx.events.emit(
-            NodeDecomposed(
-                run_id=self.ctx.run_id, node_id=node_id, children=tuple(children), reason=failure
-            )
-        )
-        self._save()
-        return True
-
-    def _gate(self, node_id: NodeId) -> None:
-        """Pause before the children of an as-needed split run, until a human approves."""
-        split = self.state.splits.get(str(node_id))
-        if not self.options.approve_decompositions or split is None or not split.children:
-            return
-        steps = tuple(
-            Step(
-                id=TaskId(f"node-{kid.id}"), title=kid.name, instruction=kid.instruction or kid.name
-            )
-            for kid in self.shape.children(node_id)
-        )
-        self.ctx.approvals.require(
-            ApprovalRequest.for_plan(Plan(steps=steps), redactor=self.ctx.redactor)
-        )
-
-    async def _upfront(self) -> None:
-        """Grow the run's subtree breadth-first below each leaf, then run it as it is."""
-        for node, depth in list(self.shape.scope()):
-            if node is None or node.leaf or not self.shape.is_leaf(node.id):
-                continue
-            levels, budget = self.options.max_depth - depth, self.options.max_nodes - self._added()
-            if levels < 1 or budget < 1:
-                continue
-            options = DecompOptions(
-                max_depth=self.options.max_depth,
-                max_children=self.options.max_children,
-                total_node_budget=budget,
-                expand_depth=levels,
-                auto_on_create=False,
-            )
-            result = await self.decomposer.decompose_node(self.shape.tree.id, node.id, options)
-            for problem in result.stats.get("failures", {}).values():
-                if problem["reason"].partition(":")[0] not in SPLIT_FAILURES:
-                    raise StopRun(stops.StopReason(problem["reason"]), message=problem["message"])
-            self._reload()
-        check(self.shape)
-        self.state.upfront = True
-        self._save()
+    def _name(self, node_id: NodeId) -> str:
+        node = self.shape.node(node_id)
+        return node.name if node is not None else ""
 
     # -- inner nodes --------------------------------------------------------------------
 
     async def _inner(self, node_id: NodeId) -> bool:
+        """Run the node's children (split again once if one fails), then roll them up."""
         record = self.state.record(node_id)
         node = self.shape.node(node_id)
         if record.status != "decomposed":
             record.status = "running"
         if node is not None:
-            self._started(node, leaf=False)
-        self._gate(node_id)
+            self.records.started(node, leaf=False)
+        self.splits.gate(node_id)
         while True:
             kids = self.shape.children(node_id)
             done = await self._all([self._run_node(kid.id) for kid in kids])
             if all(done):
-                break
-            failed = next(kid for kid, ok in zip(kids, done, strict=True) if not ok)
-            if not await self._redo(node_id, failed):
-                why = self.state.record(failed.id)
-                return self._fail(
+                return await self._rollup(node_id, kids)
+            failed = kids[done.index(False)]
+            why = self.state.record(failed.id)
+            failure = f"its subtask {failed.name!r} failed ({why.reason}" + (
+                f": {why.message})" if why.message else ")"
+            )
+            if not (
+                self.splits.may_redo(node_id)
+                and await self.splits.split(node_id, failure, redo=True)
+            ):
+                return self.records.fail(
                     node_id,
                     f"node_failed:{failed.id}",
                     f"its subtask {failed.id} {failed.name!r} failed ({why.reason})",
                 )
-            self._gate(node_id)
-        return await self._rollup(node_id, kids)
-
-    async def _redo(self, node_id: NodeId, failed: PlanNode) -> bool:
-        """Split ``node_id`` again, once, after its child ``failed`` failed."""
-        split = self.state.splits.get(str(node_id))
-        if (
-            not self.options.redecompose
-            or self.options.decompose == "none"
-            or node_id == TOP
-            or (split is not None and split.redo)
-            or self.shape.depth(node_id) >= self.options.max_depth
-            or self._added() >= self.options.max_nodes
-        ):
-            return False
-        why = self.state.record(failed.id)
-        failure = _failure_text(
-            why.reason or "failed",
-            f"its subtask {failed.name!r} failed" + (f": {why.message}" if why.message else ""),
-        )
-        return await self._split(node_id, failure, redo=True)
+            self.splits.gate(node_id)
 
     async def _rollup(self, node_id: NodeId, kids: list[PlanNode]) -> bool:
         results = [self.state.record(kid.id).result for kid in kids]
         node = self.shape.node(node_id)
-        step = self._step(node, attempt=0) if node is not None else self._top_step()
+        step = self.records.step(node, attempt=0) if node is not None else self.records.top_step()
         started = self.ctx.clock()
         if len(kids) == 1:
             result = results[0]
@@ -433,7 +344,7 @@ class TreeRun:
             async with self.slots:
                 response = await self.ctx.ask(self._rollup_request(node, kids, results))
             result = response.text.strip()
-        self._ok(node_id, step, result, started=started)
+        self.records.ok(node_id, step, result, started=started)
         return True
 
     def _rollup_request(
@@ -458,91 +369,9 @@ class TreeRun:
             goal=self.ctx.goal,
         )
 
-    # -- records ------------------------------------------------------------------------
-
-    def _step(self, node: PlanNode, *, attempt: int) -> Step:
-        suffix = f".{attempt + 1}" if attempt else ""
-        return Step(
-            id=TaskId(f"node-{node.id}{suffix}"),
-            title=node.name,
-            instruction=node.instruction or node.name,
-        )
-
-    def _top_step(self) -> Step:
-        tree = self.shape.tree
-        return Step(id=TaskId(f"plan-{tree.id}"), title=tree.title, instruction=tree.title)
-
-    def _name(self, node_id: NodeId) -> str:
-        node = self.shape.tree.node(node_id)
-        return node.name if node is not None else ""
-
-    def _started(self, node: PlanNode, *, leaf: bool) -> None:
-        self.ctx.events.emit(
-            NodeStarted(
-                run_id=self.ctx.run_id,
-                node_id=node.id,
-                name=node.name,
-                parent_id=node.parent_id,
-                leaf=leaf,
-            )
-        )
-
-    def _ok(self, node_id: NodeId, step: Step, result: Any, *, started: float) -> None:
-        record = self.state.record(node_id)
-        record.status, record.result = "ok", result
-        record.reason = record.message = None
-        if node_id != TOP:
-            self.ctx.events.emit(
-                NodeFinished(run_id=self.ctx.run_id, node_id=node_id, status="ok", result=result)
-            )
-        self.ctx.step_finished(
-            self.state.number(node_id), step, result, started=started, then=self._stored
-        )
-
-    def _fail(self, node_id: NodeId, reason: str, message: str | None) -> bool:
-        record = self.state.record(node_id)
-        record.status, record.reason, record.message = "failed", reason, message
-        if self.cause is None and not reason.startswith("node_failed:"):
-            self.cause = node_id
-        if node_id != TOP:
-            self.ctx.events.emit(
-                NodeFinished(
-                    run_id=self.ctx.run_id, node_id=node_id, status="failed", reason=reason
-                )
-            )
-        self._save()
-        return False
-
-    def _plan(self) -> Plan:
-        """The run's plan: a step per node that has a number, in number order."""
-        finished = {
-            entry.plan_step.id.partition(".")[0]: entry.plan_step for entry in self.ctx.history
-        }
-        numbered = sorted(
-            (record.step_no, int(key))
-            for key, record in self.state.nodes.items()
-            if record.step_no is not None
-        )
-        steps: list[Step] = []
-        for _, node_id in numbered:
-            node = self.shape.tree.node(NodeId(node_id))
-            if node_id == TOP:
-                steps.append(finished.get(TaskId(f"plan-{self.shape.tree.id}"), self._top_step()))
-            elif node is not None:
-                steps.append(finished.get(TaskId(f"node-{node_id}"), self._step(node, attempt=0)))
-        return Plan(steps=tuple(steps))
-
-    def _stored(self) -> StoredState:
-        plan = self.outcome.plan = self._plan()
-        return plan, self.state.snapshot(), self.ctx.approvals.to_dict()
-
-    def _save(self) -> None:
-        plan, state, approvals = self._stored()
-        if self.ctx.journal is not None:
-            self.ctx.journal.state_saved(plan, state, approvals=approvals)
-
 
 def _failure_text(reason: str, message: str | None) -> str:
+    """How an attempt failed, in words, for the decomposer."""
     if reason == "decompose":
         return f"the executor asked to split the task: {message or 'it is too big'}"
     return f"an attempt failed ({reason})" + (f": {message}" if message else "")
@@ -552,8 +381,3 @@ def _fail_future(end: asyncio.Future[bool], stop: StopRun) -> None:
     if not end.done():
         end.set_exception(stop)
         end.exception()  # retrieved here: a node nobody waited for logs nothing
-
-
-def node_records(state: TreeState) -> Mapping[str, NodeRecord]:
-    """Each node's record, by node id (what ``show`` and the service draw)."""
-    return state.nodes

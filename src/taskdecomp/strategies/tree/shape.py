@@ -1,7 +1,7 @@
 """The plan tree as a run sees it: its scope, each node's active children, depths and waits.
 
 A run works through one subtree (or every root of a plan). A node's children are the tree's,
-except after a split the run asked for: then only the children that split wrote count (a
+except after a split the run made: then only the children that split wrote count (a
 second split of an inner node leaves the first children in the tree, no longer active).
 
 A node waits for the nodes it depends on (and so for their subtrees) and for whatever its
@@ -14,7 +14,6 @@ for itself is a cycle: :func:`check` refuses it before anything runs.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from taskdecomp.stops import StopRun, with_detail
 from taskdecomp.strategies.tree.state import TreeState
@@ -24,76 +23,102 @@ TOP = NodeId(0)
 """The run's root when it works through every root of a plan (no stored node has id 0)."""
 
 
-@dataclass(frozen=True, slots=True)
 class Shape:
-    """``tree`` with ``state``'s splits applied, seen from the run's root."""
+    """``tree`` with ``state``'s splits applied, seen from the run's root.
 
-    tree: PlanTree
-    state: TreeState
+    Built once per version of the tree (the run makes a new one after every split): the
+    children, depths and ancestors of every node are indexed up front, so asking about a
+    node costs nothing whatever the size of the tree.
+    """
 
-    @property
-    def root(self) -> NodeId:
+    def __init__(self, tree: PlanTree, state: TreeState) -> None:
+        self.tree = tree
+        self.state = state
+        self.root = NodeId(state.root) if state.root is not None else TOP
         """The run's root: a node, or :data:`TOP` for every root of the plan."""
-        return NodeId(self.state.root) if self.state.root is not None else TOP
+        self._nodes = {node.id: node for node in tree.nodes}
+        self._kids: dict[NodeId, list[PlanNode]] = {}
+        for node in sorted(tree.nodes, key=lambda node: node.position):
+            self._kids.setdefault(node.parent_id or TOP, []).append(node)
+        self._depths: dict[NodeId, int] = {}
+        self._parents: dict[NodeId, NodeId] = {}
+        for node_id, depth in self._walk():
+            self._depths[node_id] = depth
+            for kid in self.children(node_id):
+                self._parents[kid.id] = node_id
 
     def node(self, node_id: NodeId) -> PlanNode | None:
         """The stored node (``None`` for :data:`TOP` or a node gone from the tree)."""
-        return self.tree.node(node_id) if node_id != TOP else None
+        return self._nodes.get(node_id)
 
     def children(self, node_id: NodeId) -> list[PlanNode]:
         """The node's active children, by position."""
-        kids = self.tree.children(None if node_id == TOP else node_id)
+        kids = self._kids.get(node_id, [])
         split = self.state.splits.get(str(node_id))
-        if split is None:
-            return kids
-        return [kid for kid in kids if kid.position >= split.first_position]
+        if split is None or split.children is None:
+            return list(kids)
+        chosen = set(split.children)
+        return [kid for kid in kids if kid.id in chosen]
 
     def is_leaf(self, node_id: NodeId) -> bool:
         """Whether the node is executed itself (it has no active children)."""
         return node_id != TOP and not self.children(node_id)
 
     def scope(self) -> Iterator[tuple[PlanNode | None, int]]:
-        """Every active node of the run with its depth below the run's root, parents first."""
-        stack: list[tuple[NodeId, int]] = [(self.root, 0)]
-        while stack:
-            node_id, depth = stack.pop()
-            yield self.node(node_id), depth
-            stack.extend((kid.id, depth + 1) for kid in reversed(self.children(node_id)))
+        """Every active node of the run with its depth (:meth:`depth`), parents first."""
+        for node_id, _ in self._walk():
+            yield self.node(node_id), self.depth(node_id)
 
     def ids(self) -> set[NodeId]:
         """The ids of the run's active nodes (:data:`TOP` included when it is the root)."""
-        return {node.id if node is not None else TOP for node, _ in self.scope()}
+        return set(self._depths)
 
     def depth(self, node_id: NodeId) -> int:
-        """How far below the run's root the node is."""
-        if node_id == TOP:
-            return 0
-        path = [step.id for step in self.tree.path(node_id)]
-        if self.root == TOP:
-            return len(path) - 1
-        return len(path) - 1 - path.index(self.root)
+        """How far below the run's root the node is (with :data:`TOP`, roots are 0).
+
+        A node outside the run's active nodes is as deep as its stored path says.
+        """
+        if node_id not in self._depths:
+            path = [step.id for step in self.tree.path(node_id)]
+            return len(path) - 1 - (path.index(self.root) if self.root in path else 0)
+        return max(self._depths[node_id] - (1 if self.root == TOP else 0), 0)
 
     def ancestors(self, node_id: NodeId) -> list[NodeId]:
         """The node's ancestors inside the run, nearest first (:data:`TOP` last, if root)."""
-        if node_id == TOP or node_id == self.root:
-            return []
-        path = [step.id for step in self.tree.path(node_id)][:-1]
-        if self.root != TOP:
-            path = path[path.index(self.root) :]
-        found = list(reversed(path))
-        return [*found, TOP] if self.root == TOP else found
+        found: list[NodeId] = []
+        parent = self._parents.get(node_id)
+        while parent is not None:
+            found.append(parent)
+            parent = self._parents.get(parent)
+        return found
 
     def waits_for(self, node_id: NodeId) -> list[NodeId]:
         """The nodes whose end ``node_id`` waits for before it starts (see the module)."""
-        inside = self.ids()
         lineage = {node_id, *self.ancestors(node_id)}
         waits: list[NodeId] = []
         for holder in (node_id, *self.ancestors(node_id)):
             node = self.node(holder)
             for dep in node.dependencies if node is not None else ():
-                if dep in inside and dep not in lineage and dep not in waits:
+                if dep in self._depths and dep not in lineage and dep not in waits:
                     waits.append(dep)
         return waits
+
+    def added(self, known: set[int]) -> int:
+        """How many nodes below the run's root (active or not) are not in ``known``."""
+        count, stack = 0, [self.root]
+        while stack:
+            kids = self._kids.get(stack.pop(), ())
+            count += sum(1 for kid in kids if kid.id not in known)
+            stack.extend(kid.id for kid in kids)
+        return count
+
+    def _walk(self) -> Iterator[tuple[NodeId, int]]:
+        """The active nodes from the run's root down, with their depth below it."""
+        stack: list[tuple[NodeId, int]] = [(self.root, 0)]
+        while stack:
+            node_id, depth = stack.pop()
+            yield node_id, depth
+            stack.extend((kid.id, depth + 1) for kid in reversed(self.children(node_id)))
 
 
 def check(shape: Shape) -> None:
@@ -103,30 +128,17 @@ def check(shape: Shape) -> None:
         StopRun: ``invalid_tree:unknown_dependency`` (a dependency names no node of the
             plan) or ``invalid_tree:cycle`` (nodes wait for each other).
     """
-    known = {node.id for node in shape.tree.nodes}
     for node, _ in shape.scope():
         if node is None:
             continue
         for dep in node.dependencies:
-            if dep not in known:
+            if shape.node(dep) is None:
                 raise StopRun(
                     with_detail("invalid_tree", "unknown_dependency"),
                     message=f"node {node.id} depends on node {dep}, which plan "
                     f"{shape.tree.id} does not have",
                 )
-    # A node starts after what it waits for and after its parent started; it ends after it
-    # started and after its active children ended.
-    after: dict[Event, list[Event]] = {}
-    for node, _ in shape.scope():
-        node_id = node.id if node is not None else TOP
-        parent = shape.ancestors(node_id)[:1]
-        after[(node_id, "start")] = [(w, "end") for w in shape.waits_for(node_id)] + [
-            (p, "start") for p in parent
-        ]
-        after[(node_id, "end")] = [(node_id, "start")] + [
-            (kid.id, "end") for kid in shape.children(node_id)
-        ]
-    cycle = _cycle(after)
+    cycle = _cycle(_order(shape))
     if cycle:
         named = list(dict.fromkeys(node_id for node_id, _ in cycle))
         raise StopRun(
@@ -137,6 +149,25 @@ def check(shape: Shape) -> None:
 
 Event = tuple[NodeId, str]
 """A node's start or end."""
+
+
+def _order(shape: Shape) -> dict[Event, list[Event]]:
+    """What each start and end of a node comes after.
+
+    A node starts after what it waits for and after its parent started; it ends after it
+    started and after its active children ended.
+    """
+    after: dict[Event, list[Event]] = {}
+    for node, _ in shape.scope():
+        node_id = node.id if node is not None else TOP
+        parent = shape.ancestors(node_id)[:1]
+        after[(node_id, "start")] = [(w, "end") for w in shape.waits_for(node_id)] + [
+            (p, "start") for p in parent
+        ]
+        after[(node_id, "end")] = [(node_id, "start")] + [
+            (kid.id, "end") for kid in shape.children(node_id)
+        ]
+    return after
 
 
 def _cycle(after: dict[Event, list[Event]]) -> list[Event]:

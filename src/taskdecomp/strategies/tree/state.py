@@ -2,8 +2,9 @@
 
 The plan tree keeps the seed's fields only; how its nodes went is the run's business. The
 state holds each node's status and result, the executor agent's turns of unfinished
-attempts, the splits the run asked for, and the nodes the tree had when the run began (so
-the nodes a run added are counted whatever happened between a split and its checkpoint).
+attempts, the splits the run made, the questions it put to the decomposer and has no answer
+to yet, and the nodes the tree had when the run began (so the nodes a run added are counted
+whatever happened between a split and its checkpoint).
 """
 
 from __future__ import annotations
@@ -53,13 +54,19 @@ class NodeRecord:
 
 @dataclass(kw_only=True)
 class Split:
-    """A split the run asked for: the node's children from ``first_position`` on are its own."""
+    """A split of a node: asked for (in ``asking``), or made (in ``splits``).
+
+    Asked for, it is on record before the decomposer is asked, so that a run resumed after
+    a crash finds the children the decomposer wrote (from ``first_position`` on) instead of
+    asking again.
+    """
 
     first_position: int
     """The position the split's first child takes among the node's children."""
     reason: str
+    """Why the node was split: the failure the decomposer was told about."""
     children: list[int] | None = None
-    """The children written, once the run knows them (``None``: asked, not yet seen)."""
+    """The children written (``[]``: none, the node stays a leaf); ``None`` while asked."""
     redo: bool = False
     """A second split of an inner node whose child failed (``--redecompose``)."""
 
@@ -87,6 +94,9 @@ class TreeState:
     """The upfront decomposition is done."""
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     splits: dict[str, Split] = field(default_factory=dict)
+    """The splits made, by node id: only their children are the node's active ones."""
+    asking: dict[str, Split] = field(default_factory=dict)
+    """The splits asked for and not answered yet, by node id."""
     agent_turns: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     next_step: int = 1
     """The number the next node's step gets."""
@@ -124,6 +134,7 @@ class TreeState:
             "upfront": self.upfront,
             "nodes": {key: record.to_dict() for key, record in self.nodes.items()},
             "splits": {key: split.to_dict() for key, split in self.splits.items()},
+            "asking": {key: split.to_dict() for key, split in self.asking.items()},
             "agent_turns": self.agent_turns,
             "next_step": self.next_step,
         }
@@ -147,6 +158,7 @@ class TreeState:
                 upfront=bool(raw.get("upfront")),
                 nodes=_NODES.validate_python(raw.get("nodes") or {}),
                 splits=_SPLITS.validate_python(raw.get("splits") or {}),
+                asking=_SPLITS.validate_python(raw.get("asking") or {}),
                 agent_turns=_TURNS.validate_python(raw.get("agent_turns") or {}),
                 next_step=_ID.validate_python(raw.get("next_step")) or 1,
             )

@@ -61,14 +61,14 @@ def run_tree(store: SqlStore, stored: StoredRun) -> dict[str, Any] | None:
                 "instruction": node.instruction,
                 "dependencies": list(node.dependencies),
                 "leaf": shape.is_leaf(node.id),
-                "depth": depth - (1 if state.root is None else 0),
+                "depth": depth,
                 "status": record.status if record is not None else "pending",
                 "result": record.result if record is not None else None,
                 "reason": record.reason if record is not None else None,
                 "message": record.message if record is not None else None,
                 "attempts": record.attempts if record is not None else 0,
                 "step_no": record.step_no if record is not None else None,
-                "split": split.reason if split is not None and split.children else None,
+                "split": (split.reason or None) if split is not None and split.children else None,
             }
         )
     return {"plan_id": tree.id, "root": state.root, "title": tree.title, "nodes": nodes}

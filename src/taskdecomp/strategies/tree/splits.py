@@ -1,0 +1,242 @@
+"""Splitting nodes while a ``tree`` run works through its tree.
+
+As needed, a leaf whose attempt failed (or that asked for it) is split one level by the
+:class:`~taskdecomp.strategies.decompose.PlanDecomposer` (``single_node``, told how the
+attempt failed), and an inner node whose child failed is split again, once
+(``redecompose``). Upfront, every leaf of the run's subtree is grown breadth-first
+(``plan_bfs``) before anything runs. The decomposer asks the run's model within the run's
+budgets, so its calls count like any other; the nodes one run adds stay within
+``max_nodes`` even when several splits are asked at once.
+
+A split is on record (the state's ``asking``) and on disk before the decomposer is asked,
+so a run resumed after a crash takes the children the decomposer wrote instead of asking
+again (:meth:`Splitter.adopt`). Children whose dependencies would make nodes wait for each
+other are not taken: the node stays as it was.
+"""
+
+from __future__ import annotations
+
+from taskdecomp import stops
+from taskdecomp.approvals import ApprovalRequest
+from taskdecomp.decomposition import DecompOptions, DecompositionResult
+from taskdecomp.models import ModelRequest, ModelResponse
+from taskdecomp.plan import Plan, Step, TaskId
+from taskdecomp.runtime import RunContext
+from taskdecomp.stops import LlmPhase, StopRun
+from taskdecomp.store.trees import TreeRepository
+from taskdecomp.strategies.decompose import PlanDecomposer
+from taskdecomp.strategies.tree.options import TreeOptions
+from taskdecomp.strategies.tree.records import Records
+from taskdecomp.strategies.tree.shape import TOP, check
+from taskdecomp.strategies.tree.state import Split, TreeState
+from taskdecomp.tree import NodeId, PlanTree
+
+SPLIT_FAILURES = frozenset({"invalid_children", "llm_empty", "store_error"})
+"""Ways a split can fail that leave the node unsplit; every other one ends the run."""
+
+_MODEL_STOPS = frozenset(
+    {"llm_timeout", "llm_empty", "llm_error", "max_llm_calls", "max_tokens", "max_cost"}
+)
+"""Stops of a model call (their ``llm_phase`` is ``decompose`` when the decomposer's)."""
+
+
+class _RunModel:
+    """The run's model as the decomposer sees it: every call within the run's budgets."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self._ctx = ctx
+
+    @property
+    def name(self) -> str:
+        return self._ctx.model.name
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        return await self._ctx.ask(request)
+
+
+class Splitter:
+    """Splits the nodes of one run (see the module docstring).
+
+    Args:
+        ctx: the run.
+        options: the run's tree options (mode, depth and node budgets, approvals).
+        records: the run's records; a split changes its state and its shape.
+        repository: where the plan tree is stored.
+    """
+
+    def __init__(
+        self, ctx: RunContext, options: TreeOptions, records: Records, repository: TreeRepository
+    ) -> None:
+        self.ctx, self.options, self.records, self.repository = ctx, options, records, repository
+        self.decomposer = PlanDecomposer(repository, _RunModel(ctx))
+        self._held = 0
+        """Nodes the splits being asked may still write."""
+
+    @property
+    def state(self) -> TreeState:
+        """The run's tree state."""
+        return self.records.state
+
+    def can_split(self, node_id: NodeId) -> bool:
+        """Whether leaf ``node_id`` may be split when its attempt fails (once, as needed)."""
+        if self.options.decompose != "as-needed" or str(node_id) in self.state.splits:
+            return False
+        return self._fits(node_id)
+
+    def may_redo(self, node_id: NodeId) -> bool:
+        """Whether inner node ``node_id`` may be split again, now that a child failed."""
+        split = self.state.splits.get(str(node_id))
+        return (
+            self.options.redecompose
+            and self.options.decompose != "none"
+            and node_id != TOP
+            and not (split is not None and split.redo)
+            and self._fits(node_id)
+        )
+
+    async def split(self, node_id: NodeId, failure: str, *, redo: bool = False) -> bool:
+        """Ask for ``node_id``'s children, one level, told ``failure``; whether it has some.
+
+        Raises:
+            StopRun: asking stopped the run (a budget, a model failure, the lease).
+        """
+        room = min(self._room(), self.options.max_children)
+        if room < 1:
+            self.state.asking.pop(str(node_id), None)
+            return False
+        tree = self.records.shape.tree
+        first = max((kid.position for kid in tree.children(node_id)), default=-1) + 1
+        asked = Split(first_position=first, reason=failure, redo=redo)
+        self.state.asking[str(node_id)] = asked
+        self._held += room
+        try:
+            await self.records.save_durably()
+            options = DecompOptions(
+                max_children=self.options.max_children,
+                total_node_budget=room,
+                auto_on_create=False,
+            )
+            result = await self.decomposer.decompose_node(
+                tree.id, node_id, options, failure=failure
+            )
+        finally:
+            self._held -= room
+        _stop_on(result)
+        return self._take(node_id, asked)
+
+    def adopt(self) -> None:
+        """Settle the splits a stopped run was asking for, before it goes on.
+
+        A question with children at its positions was answered: they are taken, as if the
+        answer had just come. A leaf's question without is asked again when the run comes
+        to the leaf (:meth:`split`); an inner node's is forgotten (the node is split again
+        when its failed child is seen again).
+        """
+        for key, asked in list(self.state.asking.items()):
+            node_id = NodeId(int(key))
+            kids = self.records.shape.tree.children(node_id)
+            if any(kid.position >= asked.first_position for kid in kids):
+                self._take(node_id, asked)
+            elif asked.redo:
+                del self.state.asking[key]
+
+    async def grow(self) -> None:
+        """Grow every leaf of the run's subtree breadth-first, down to ``max_depth``.
+
+        Raises:
+            StopRun: growing stopped the run, or the tree it made cannot be worked through
+                (``invalid_tree:<rule>``).
+        """
+        shape = self.records.shape
+        starts = [
+            (node.id, shape.depth(node.id))
+            for node, _ in shape.scope()
+            if node is not None and not node.leaf and shape.is_leaf(node.id)
+        ]
+        room = self._room()
+        if starts and room > 0:
+            options = DecompOptions(
+                max_depth=self.options.max_depth,
+                max_children=self.options.max_children,
+                total_node_budget=room,
+                auto_on_create=False,
+                concurrency=self.ctx.meter.budget.max_parallel,
+            )
+            _stop_on(await self.decomposer.grow(shape.tree.id, starts, options))
+            shape = self.records.reshape(self.repository.get_plan_tree(shape.tree.id))
+        check(shape)
+        self.state.upfront = True
+        self.records.save()
+
+    def gate(self, node_id: NodeId) -> None:
+        """Pause before the children of an as-needed split run, until a human approves them.
+
+        Raises:
+            StopRun: ``awaiting_approval``, when they were not approved yet.
+        """
+        split = self.state.splits.get(str(node_id))
+        if not self.options.approve_decompositions or split is None or not split.children:
+            return
+        steps = tuple(
+            Step(
+                id=TaskId(f"node-{kid.id}"), title=kid.name, instruction=kid.instruction or kid.name
+            )
+            for kid in self.records.shape.children(node_id)
+        )
+        self.ctx.approvals.require(
+            ApprovalRequest.for_plan(Plan(steps=steps), redactor=self.ctx.redactor)
+        )
+
+    def _take(self, node_id: NodeId, asked: Split) -> bool:
+        """Make the children ``asked`` wrote ``node_id``'s active ones; whether there are any."""
+        key = str(node_id)
+        self.state.asking.pop(key, None)
+        tree = self.repository.get_plan_tree(self.records.shape.tree.id)
+        asked.children = [
+            kid.id for kid in tree.children(node_id) if kid.position >= asked.first_position
+        ]
+        before = self.state.splits.get(key)
+        self.state.splits[key] = asked
+        if asked.children and self._fine(tree):
+            self.records.decomposed(node_id, asked.children, asked.reason)
+            return True
+        if asked.redo:  # the node keeps the children it had (not new ones), and fails
+            old: list[int] = [
+                kid.id for kid in tree.children(node_id) if kid.position < asked.first_position
+            ]
+            self.state.splits[key] = before or Split(first_position=0, reason="", children=old)
+        else:  # tried: the leaf is not split again
+            asked.children = []
+        self.records.reshape(tree)
+        self.records.save()
+        return False
+
+    def _fine(self, tree: PlanTree) -> bool:
+        """Whether the run can work through ``tree`` with the state's splits."""
+        try:
+            check(self.records.reshape(tree))
+        except StopRun:
+            return False
+        return True
+
+    def _fits(self, node_id: NodeId) -> bool:
+        return self.records.shape.depth(node_id) < self.options.max_depth and self._room() > 0
+
+    def _room(self) -> int:
+        """How many more nodes the run may add."""
+        added = self.records.shape.added(set(self.state.known))
+        return self.options.max_nodes - added - self._held
+
+
+def _stop_on(result: DecompositionResult) -> None:
+    """Raise the first failure of ``result`` that ends the run (not a bad answer).
+
+    Raises:
+        StopRun: a budget, a model failure, a lost lease: whatever stopped a question.
+    """
+    for problem in result.stats.get("failures", {}).values():
+        reason = problem["reason"]
+        family = reason.partition(":")[0]
+        if family not in SPLIT_FAILURES:
+            phase: LlmPhase | None = "decompose" if family in _MODEL_STOPS else None
+            raise StopRun(stops.StopReason(reason), llm_phase=phase, message=problem["message"])
