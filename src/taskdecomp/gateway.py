@@ -76,9 +76,12 @@ class ToolGateway:
         """Count a call made before a resume, so loop detection sees it."""
         self.remember_call(name, args_hash(args))
 
-    def remember_call(self, name: str, digest: str) -> None:
-        """Count a call made before a resume, by its argument hash (as in the trace)."""
-        self._seen_calls.add(f"{name}:{digest}")
+    def remember_call(self, name: str, digest: str, *, scope: str = "") -> None:
+        """Count a call made before a resume, by its argument hash (as in the trace).
+
+        ``scope`` is the :data:`LOOP_SCOPE` it was made in (a step id), when there was one.
+        """
+        self._seen_calls.add(f"{scope}|{name}:{digest}" if scope else f"{name}:{digest}")
 
     def forget_calls(self, scope: str) -> None:
         """Start loop detection afresh in ``scope`` (a workflow phase run whose files changed).

@@ -131,8 +131,9 @@ def restore(ctx: RunContext, stored: StoredRun) -> None:
     meter.tokens_in, meter.tokens_out = usage.tokens_in, usage.tokens_out
     calls = [entry for entry in stored.trace if entry.ok and entry.args_hash]
     meter.tool_calls = len(calls)
-    for entry in calls:
+    for entry in calls:  # run-wide, and in the step's own scope (a tree leaf, a phase run)
         ctx.gateway.remember_call(entry.tool, entry.args_hash)
+        ctx.gateway.remember_call(entry.tool, entry.args_hash, scope=entry.step_id)
     ctx.approvals.approved.update(stored.approvals.get("approved", ()))
 
 
