@@ -12,6 +12,7 @@ import pytest
 
 from tests.clitools import cli
 from tests.conftest import EXAMPLES, ROOT, SALES_TOOLS
+from tests.store.conftest import pg_url  # noqa: F401  (a fixture: a fresh PostgreSQL schema)
 
 
 def test_run_decomposer_example_shows_both_modes() -> None:
@@ -56,9 +57,13 @@ TREE = EXAMPLES / "tree"
 TREE_GOAL = "Launch a developer conference in Berlin"
 
 
-def test_the_tree_example_splits_where_asked_and_where_a_call_failed() -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_tree_example_splits_where_asked_and_where_a_call_failed(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    db = [] if backend == "sqlite" else ["--db", request.getfixturevalue("pg_url")]
     proc = subprocess.run(
-        [sys.executable, str(TREE / "run_tree.py")],
+        [sys.executable, str(TREE / "run_tree.py"), *db],
         capture_output=True,
         text=True,
         timeout=120,
