@@ -8,18 +8,18 @@ Run as needed, or split upfront ("Publish release" then becomes "Upload files" a
 
 A child process (``tree_crash/child.py``) runs it and kills itself at a chosen point: inside
 a leaf's tool call, right after a split was written, inside and right after a roll-up,
-inside the upfront decomposition, at and before the unsafe call, while an approved split
-runs, inside a second split of a task whose subtask failed, and at event counts drawn from a
-seeded RNG. Another new process then resumes it (the library's ``resume_sync`` in the test
-process, which never ran the run, or ``taskdecomp resume`` on the command line). The tools
-write every call to a ledger and the model writes every call down by phase and node, so the
-test sees what the resume did again: what the store had finished at the kill is never run
-again, a split on record is never asked for again nor its node carried out as a leaf, the
-``unsafe`` call happens at most once, a split waits for approval and the node budget holds
-whatever the kill cut off, and the run ends ``ok`` with the root's roll-up as its answer
-(or, the unsafe call in doubt, stops for a human). Runs checkpoint ``sync`` unless a test
-says ``async`` (the default, which queues checkpoints: a split must still be on record
-before the decomposer writes its children).
+inside and between the writes of the upfront decomposition, at and before the unsafe call,
+while an approved split runs, inside a second split of a task whose subtask failed, and at
+event counts drawn from a seeded RNG. Another new process then resumes it (the library's
+``resume_sync`` in the test process, which never ran the run, or ``taskdecomp resume`` on
+the command line). The tools write every call to a ledger and the model writes every call
+down by phase and node, so the test sees what the resume did again: what the store had
+finished at the kill is never run again, a split on record is never asked for again nor its
+node carried out as a leaf, the ``unsafe`` call happens at most once, a split waits for
+approval and the node budget holds whatever the kill cut off, and the run ends ``ok`` with
+the root's roll-up as its answer (or, the unsafe call in doubt, stops for a human). Runs
+checkpoint ``sync`` unless a test says ``async`` (the default, which queues checkpoints: a
+split must still be on record before the decomposer writes its children).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ class Seen:
     def pending(self, name: str) -> bool:
         """Whether a split of ``name`` is on record and its answer is not (asked, then died)."""
         node = self.node(name)
-        split = self.state.splits.get(str(node))
+        split = self.state.asking.get(str(node))
         if node is None or split is None:
             return False
         return all(kid.position < split.first_position for kid in self.tree.children(node))
@@ -214,7 +214,11 @@ class Case:
         )
 
     def start(
-        self, kill: str = "", *, broken: bool = False, **options: Any
+        self,
+        kill: str = "",
+        *,
+        broken: bool = False,
+        **options: Any,
     ) -> subprocess.CompletedProcess[str]:
         """Run the plan in a new process with these ``TreeOptions``, dying at ``kill``."""
         path = self.folder / "script.json"
@@ -437,12 +441,27 @@ def test_killed_right_after_a_rollup_answered(cases: Cases) -> None:
 def test_killed_inside_the_upfront_decomposition(cases: Cases) -> None:
     case = cases()
     at_kill, end = kill_and_resume(case, f"model:decompose:{PUBLISH}", decompose="upfront")
-    assert at_kill.split(BUILD) and not at_kill.split(PUBLISH)
+    # the level's answers are written together once all came: none was
+    assert not at_kill.split(BUILD) and not at_kill.split(PUBLISH)
     assert at_kill.ledger == []  # nothing runs before the tree is grown
+    before, calls = asked(at_kill), asked(end)
+    assert before[("decompose", PUBLISH)] == 1
+    for task in (BUILD, PUBLISH):  # the answers died with the process: asked once more
+        assert calls[("decompose", task)] == before[("decompose", task)] + 1
+    assert calls[("execute", PUBLISH)] == calls[("execute", BUILD)] == 0
+    assert once_each(end), end.ledger
+
+
+def test_killed_between_the_writes_of_the_upfront_decomposition(cases: Cases) -> None:
+    case = cases()
+    at_kill, end = kill_and_resume(case, f"write:{BUILD}", decompose="upfront")
+    assert at_kill.split(BUILD) and not at_kill.split(PUBLISH)
+    assert not at_kill.state.upfront and at_kill.ledger == []
     calls = asked(end)
     assert calls[("decompose", BUILD)] == 1  # its children were written: not asked again
-    assert calls[("decompose", PUBLISH)] == 2  # the answer in flight was lost
+    assert calls[("decompose", PUBLISH)] == 2  # its answer, not written yet, was lost
     assert calls[("execute", PUBLISH)] == calls[("execute", BUILD)] == 0
+    assert [n.name for n in end.tree.children(node(case, BUILD))] == [COMPILE, PACKAGE]
     assert once_each(end), end.ledger
 
 
@@ -531,29 +550,33 @@ def test_killed_inside_a_re_split_asks_the_decomposer_again_not_the_executor(
     assert calls[("execute", BUILD)] == 1  # it asked to be split once, before the kill
     assert calls[("decompose", BUILD)] == 3  # split, re-split (died), re-split again
     keys = Counter(c["key"] for c in end.ledger if c["key"] != "notes")
-    assert keys == {  # the retry of "fail-package" is refused as a repeated call
+    assert keys == {  # "Package build" was tried twice (a retry is an attempt of its own)
         "compile": 1,
-        "fail-package": 1,
+        "fail-package": 2,
         "compile2": 1,
         "package2": 1,
         "publish": 1,
     }
+    again = {c["key"] for c in new(at_kill.ledger, end.ledger)}
+    assert again == {"compile2", "package2", "publish"}  # the failed node was not run again
     view = {n["name"]: n["status"] for n in case.view()["nodes"]}
     assert view == dict.fromkeys([ROOT, NOTES, BUILD, COMPILE2, PACKAGE2, PUBLISH], "ok")
 
 
 def test_the_node_budget_holds_across_a_kill_in_the_upfront_decomposition(cases: Cases) -> None:
     case = cases("async")  # checkpoints queued: the tree grows before they are on disk
-    # three nodes for the run: "Build artifacts" takes two, "Publish release" gets one
-    kill = f"model:decompose:{PUBLISH}"
-    at_kill = killed(case, kill, decompose="upfront", max_nodes=3)
+    # three nodes for the run: "Build artifacts" takes two, "Publish release" gets one; the
+    # resumed run counts the two the dead process wrote (and never checkpointed)
+    at_kill = killed(case, f"write:{BUILD}", decompose="upfront", max_nodes=3)
     assert at_kill.split(BUILD) and not at_kill.split(PUBLISH)
+    assert at_kill.state.known == [n.id for n in case.plan.nodes]
     result = case.resume_here()
     assert result["stop_reason"] == "success" and result["answer"] == ANSWER, result
     end = case.seen()
     check_resumed(at_kill, end)
     added = [n.name for n in end.tree.nodes if n not in case.plan.nodes]
     assert added == [COMPILE, PACKAGE, UPLOAD], added
+    assert {c["key"] for c in end.ledger} == {"notes", "compile", "package", "upload"}
 
 
 # -- kill points from a seeded RNG ------------------------------------------------------
