@@ -8,18 +8,19 @@ Run as needed, or split upfront ("Publish release" then becomes "Upload files" a
 
 A child process (``tree_crash/child.py``) runs it and kills itself at a chosen point: inside
 a leaf's tool call, right after a split was written, inside and right after a roll-up,
-inside and between the writes of the upfront decomposition, at and before the unsafe call,
-while an approved split runs, inside a second split of a task whose subtask failed, and at
-event counts drawn from a seeded RNG. Another new process then resumes it (the library's
-``resume_sync`` in the test process, which never ran the run, or ``taskdecomp resume`` on
-the command line). The tools write every call to a ledger and the model writes every call
-down by phase and node, so the test sees what the resume did again: what the store had
-finished at the kill is never run again, a split on record is never asked for again nor its
-node carried out as a leaf, the ``unsafe`` call happens at most once, a split waits for
-approval and the node budget holds whatever the kill cut off, and the run ends ``ok`` with
-the root's roll-up as its answer (or, the unsafe call in doubt, stops for a human). Runs
-checkpoint ``sync`` unless a test says ``async`` (the default, which queues checkpoints: a
-split must still be on record before the decomposer writes its children).
+inside, between the writes of and right after the upfront decomposition, at and before the
+unsafe call, while an approved split runs, inside and right after a second split of a task
+whose subtask failed, as a failed task fails its parent, and at event counts drawn from a
+seeded RNG. Another new process then resumes it (the library's ``resume_sync`` in the test
+process, which never ran the run, or ``taskdecomp resume`` on the command line). The tools
+write every call to a ledger and the model writes every call down by phase and node, so the
+test sees what the resume did again: what the store had finished at the kill is never run
+again, a split on record is never asked for again nor its node carried out as a leaf, the
+``unsafe`` call happens at most once, a split waits for approval and the node budget holds
+whatever the kill cut off, and the run ends ``ok`` with the root's roll-up as its answer
+(or, the unsafe call in doubt, stops for a human; or, a task failed for good, stops naming
+it). Runs checkpoint ``sync`` unless a test says ``async`` (the default, which queues
+checkpoints: a split must still be on record before the decomposer writes its children).
 """
 
 from __future__ import annotations
@@ -76,16 +77,23 @@ RESPLIT = (COMPILE2, PACKAGE2)
 ROLLUPS = {ROOT: ANSWER, BUILD: "built: compile done, package done", PUBLISH: "published"}
 
 
-def script(*, broken: bool = False) -> dict[str, Any]:
+def script(
+    *, broken: bool = False, resplit: dict[str, Any] | None = None, whole: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Answers by phase: the executor's per leaf, the decomposer's and the roll-ups.
 
     ``broken``: "Package build" calls a tool that fails; it cannot be split, fails after
-    its retry, and "Build artifacts" is split again (``RESPLIT``).
+    its retry, and "Build artifacts" is split again (``RESPLIT``, or the answer ``resplit``).
+    ``whole``: tasks the decomposer leaves as they are (no children).
     """
     asks = {"kind": "decompose", "reason": "two separate jobs"}
+    atomic = {"should_stop": True, "reason": "one command", "children": []}
     rules: list[dict[str, Any]] = [
         {"phase": "execute", "match": f'"title": "{BUILD}"', "response": asks}
     ]
+    for name in whole:  # the first rule that matches answers
+        target = f'"target_task": {{"id": \\d+, "name": "{name}"'
+        rules.append({"phase": "decompose", "match": target, "response": atomic})
     for name, (tool, key) in LEAVES.items():
         key = "fail-package" if broken and name == PACKAGE else key
         call = {"kind": "call", "tool": tool, "args": {"key": key}}
@@ -102,10 +110,12 @@ def script(*, broken: bool = False) -> dict[str, Any]:
         children = [{"name": kid, "instruction": f"{kid}.", "leaf": True} for kid in kids]
         target = f'"target_task": {{"id": \\d+, "name": {task}'
         answer = {"should_stop": False, "children": children}
+        if kids == RESPLIT and resplit is not None:
+            answer = resplit
         rules.append({"phase": "decompose", "match": target, "response": answer})
-    atomic = {"should_stop": True, "reason": "one command", "children": []}
-    target = f'"target_task": {{"id": \\d+, "name": "{PACKAGE}"'
-    rules.append({"phase": "decompose", "match": target, "response": atomic})
+    for name in (PACKAGE, ROOT):  # the root is split again only when "Build" fails
+        target = f'"target_task": {{"id": \\d+, "name": "{name}"'
+        rules.append({"phase": "decompose", "match": target, "response": atomic})
     for name, text in ROLLUPS.items():
         rules.append({"phase": "rollup", "match": f'"task": {{"name": "{name}"', "response": text})
     return {"rules": rules}
@@ -218,11 +228,13 @@ class Case:
         kill: str = "",
         *,
         broken: bool = False,
+        resplit: dict[str, Any] | None = None,
+        whole: tuple[str, ...] = (),
         **options: Any,
     ) -> subprocess.CompletedProcess[str]:
         """Run the plan in a new process with these ``TreeOptions``, dying at ``kill``."""
         path = self.folder / "script.json"
-        path.write_text(json.dumps(script(broken=broken)))
+        path.write_text(json.dumps(script(broken=broken, resplit=resplit, whole=whole)))
         plan, given = str(self.plan.id), json.dumps(options)
         return self.child(kill, "run", str(path), plan, given)
 
@@ -340,8 +352,12 @@ def asked(seen: Seen) -> Counter[tuple[str, str]]:
 # -- what every resume must keep --------------------------------------------------------
 
 
-def check_resumed(at_kill: Seen, end: Seen) -> None:
-    """Nothing the store had finished at the kill ran again, no split was asked twice."""
+def check_resumed(at_kill: Seen, end: Seen, *, resplit: tuple[str, ...] = ()) -> None:
+    """Nothing the store had finished at the kill ran again, no split was asked twice.
+
+    ``resplit``: nodes with children at the kill that the resumed run may split again, once
+    (the first time: a child of theirs fails after the kill).
+    """
     tools_again = new(at_kill.ledger, end.ledger)
     calls_again = new(at_kill.calls, end.calls)
     for name, (_, key) in LEAVES.items():
@@ -355,7 +371,7 @@ def check_resumed(at_kill: Seen, end: Seen) -> None:
             assert "execute" not in again, (name, calls_again)
         # a split on record with its answer is never asked for again; one whose answer
         # died with the process is asked once more
-        limit = 1 if at_kill.pending(name) or not at_kill.split(name) else 0
+        limit = 1 if at_kill.pending(name) or not at_kill.split(name) or name in resplit else 0
         assert again.count("decompose") <= limit, (name, calls_again)
     charged = [c for c in end.ledger if c["tool"] == "charge"]
     assert len(charged) <= 1, charged
@@ -563,6 +579,25 @@ def test_killed_inside_a_re_split_asks_the_decomposer_again_not_the_executor(
     assert view == dict.fromkeys([ROOT, NOTES, BUILD, COMPILE2, PACKAGE2, PUBLISH], "ok")
 
 
+def test_a_kill_right_after_the_upfront_decomposition_asks_about_no_node_again(
+    cases: Cases,
+) -> None:
+    case = cases("async")  # checkpoints queued: the end of the growth must be on disk
+    # "Publish release" is left whole: nothing in the stored tree says it was asked about
+    kill = f"event:NodeStarted:{node(case, ROOT)}"  # the first node, once the tree is grown
+    at_kill = killed(case, kill, decompose="upfront", whole=(PUBLISH,))
+    assert at_kill.state.upfront and at_kill.ledger == []
+    assert at_kill.split(BUILD) and not at_kill.split(PUBLISH)
+    result = case.resume_here()
+    assert result["stop_reason"] == "success" and result["answer"] == ANSWER, result
+    end = case.seen()
+    check_resumed(at_kill, end)
+    calls = asked(end)
+    assert calls[("decompose", BUILD)] == calls[("decompose", PUBLISH)] == 1
+    assert calls[("execute", PUBLISH)] == 2  # a leaf: its call, then its finish
+    assert {c["key"] for c in end.ledger} == {"notes", "compile", "package", "publish"}
+
+
 def test_the_node_budget_holds_across_a_kill_in_the_upfront_decomposition(cases: Cases) -> None:
     case = cases("async")  # checkpoints queued: the tree grows before they are on disk
     # three nodes for the run: "Build artifacts" takes two, "Publish release" gets one; the
@@ -577,6 +612,68 @@ def test_the_node_budget_holds_across_a_kill_in_the_upfront_decomposition(cases:
     added = [n.name for n in end.tree.nodes if n not in case.plan.nodes]
     assert added == [COMPILE, PACKAGE, UPLOAD], added
     assert {c["key"] for c in end.ledger} == {"notes", "compile", "package", "upload"}
+
+
+FAILS = {
+    "not_split_again": ({"redecompose": False}, 1),
+    "split_again_into_nothing": ({"resplit": {"should_stop": True, "children": []}}, 2),
+    "split_again_into_a_cycle": ({}, 2),
+}
+"""How "Build artifacts" fails once "Package build" did: options, and the splits it gets."""
+
+
+@pytest.mark.parametrize("how", list(FAILS))
+def test_a_resumed_run_that_fails_names_the_node_that_failed_before_the_kill(
+    cases: Cases, how: str
+) -> None:
+    case = cases()
+    options, splits = FAILS[how]
+    kill = f"event:NodeFinished:{node(case, BUILD)}"  # its failure, not yet on record
+    if how == "split_again_into_a_cycle":  # new children that would wait for "Publish"
+        kids = [{"name": k, "dependencies": [node(case, PUBLISH)], "leaf": True} for k in RESPLIT]
+        options = {"resplit": {"should_stop": False, "children": kids}}
+        kill = f"write:{BUILD}:2"  # written, not yet looked at
+    # "Package build" fails (tried twice) before the kill; "Build artifacts" after it
+    at_kill = killed(case, kill, broken=True, **options)
+    assert at_kill.status_of(PACKAGE) == "failed" and at_kill.status_of(BUILD) != "failed"
+    assert asked(at_kill)[("decompose", BUILD)] == splits
+    result = case.resume_here()
+    package = at_kill.node(PACKAGE)
+    assert result["status"] == "stopped" and result["stop_reason"] == f"node_failed:{package}"
+    end = case.seen()
+    resplit = () if how == "not_split_again" else (ROOT,)
+    check_resumed(at_kill, end, resplit=resplit)
+    assert asked(end)[("decompose", BUILD)] == splits  # a split tried is not asked again
+    assert asked(end)[("decompose", ROOT)] == len(resplit)
+    assert new(at_kill.ledger, end.ledger) == []  # nothing ran again, "Publish" never ran
+    assert end.status_of(BUILD) == "failed" and end.status_of(ROOT) == "failed"
+    view = {n["name"] for n in case.view()["nodes"]}
+    assert view == {ROOT, NOTES, BUILD, COMPILE, PACKAGE, PUBLISH}  # the children it had
+
+
+def test_a_node_that_kept_its_children_is_not_held_for_approval_after_a_kill(
+    cases: Cases,
+) -> None:
+    case = cases()
+    nothing = {"should_stop": True, "children": []}
+    paused = json.loads(
+        case.start(broken=True, resplit=nothing, approve_decompositions=True).stdout
+    )
+    assert paused["stop_reason"] == "awaiting_approval", paused  # "Build"'s split
+    # approved; "Package build" fails, "Build artifacts" and then the root are split again
+    # into nothing, and the process dies as the root fails
+    approving = case.child(f"event:NodeFinished:{node(case, ROOT)}", "approve")
+    assert approving.returncode == -signal.SIGKILL, approving.stderr
+    at_kill = case.seen()
+    assert at_kill.status_of(BUILD) == "failed" and at_kill.status_of(ROOT) != "failed"
+    result = case.resume_here()  # the root's own children were never split off: no approval
+    package = at_kill.node(PACKAGE)
+    assert result["stop_reason"] == f"node_failed:{package}", result
+    end = case.seen()
+    check_resumed(at_kill, end)
+    calls = asked(end)
+    assert calls[("decompose", BUILD)] == 2 and calls[("decompose", ROOT)] == 1
+    assert new(at_kill.ledger, end.ledger) == []
 
 
 # -- kill points from a seeded RNG ------------------------------------------------------
