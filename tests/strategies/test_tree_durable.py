@@ -8,8 +8,9 @@ Run as needed, or split upfront ("Publish release" then becomes "Upload files" a
 
 A child process (``tree_crash/child.py``) runs it and kills itself at a chosen point: inside
 a leaf's tool call, right after a split was written, inside and right after a roll-up,
-inside the upfront decomposition, at and before the unsafe call, while an approved split
-runs, inside a second split of a task whose subtask failed, and at event counts drawn from a
+inside, between the writes of and right after the upfront decomposition, at and before the
+unsafe call, while an approved split runs, inside and right after a second split of a task
+whose subtask failed, as a failed task fails its parent, and at event counts drawn from a
 seeded RNG. Another new process then resumes it (the library's ``resume_sync`` in the test
 process, which never ran the run, or ``taskdecomp resume`` on the command line). The tools
 write every call to a ledger and the model writes every call down by phase and node, so the
@@ -17,9 +18,9 @@ test sees what the resume did again: what the store had finished at the kill is 
 again, a split on record is never asked for again nor its node carried out as a leaf, the
 ``unsafe`` call happens at most once, a split waits for approval and the node budget holds
 whatever the kill cut off, and the run ends ``ok`` with the root's roll-up as its answer
-(or, the unsafe call in doubt, stops for a human). Runs checkpoint ``sync`` unless a test
-says ``async`` (the default, which queues checkpoints: a split must still be on record
-before the decomposer writes its children).
+(or, the unsafe call in doubt, stops for a human; or, a task failed for good, stops naming
+it). Runs checkpoint ``sync`` unless a test says ``async`` (the default, which queues
+checkpoints: a split must still be on record before the decomposer writes its children).
 """
 
 from __future__ import annotations
@@ -76,16 +77,23 @@ RESPLIT = (COMPILE2, PACKAGE2)
 ROLLUPS = {ROOT: ANSWER, BUILD: "built: compile done, package done", PUBLISH: "published"}
 
 
-def script(*, broken: bool = False) -> dict[str, Any]:
+def script(
+    *, broken: bool = False, resplit: dict[str, Any] | None = None, whole: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Answers by phase: the executor's per leaf, the decomposer's and the roll-ups.
 
     ``broken``: "Package build" calls a tool that fails; it cannot be split, fails after
-    its retry, and "Build artifacts" is split again (``RESPLIT``).
+    its retry, and "Build artifacts" is split again (``RESPLIT``, or the answer ``resplit``).
+    ``whole``: tasks the decomposer leaves as they are (no children).
     """
     asks = {"kind": "decompose", "reason": "two separate jobs"}
+    atomic = {"should_stop": True, "reason": "one command", "children": []}
     rules: list[dict[str, Any]] = [
         {"phase": "execute", "match": f'"title": "{BUILD}"', "response": asks}
     ]
+    for name in whole:  # the first rule that matches answers
+        target = f'"target_task": {{"id": \\d+, "name": "{name}"'
+        rules.append({"phase": "decompose", "match": target, "response": atomic})
     for name, (tool, key) in LEAVES.items():
         key = "fail-package" if broken and name == PACKAGE else key
         call = {"kind": "call", "tool": tool, "args": {"key": key}}
@@ -102,10 +110,12 @@ def script(*, broken: bool = False) -> dict[str, Any]:
         children = [{"name": kid, "instruction": f"{kid}.", "leaf": True} for kid in kids]
         target = f'"target_task": {{"id": \\d+, "name": {task}'
         answer = {"should_stop": False, "children": children}
+        if kids == RESPLIT and resplit is not None:
+            answer = resplit
         rules.append({"phase": "decompose", "match": target, "response": answer})
-    atomic = {"should_stop": True, "reason": "one command", "children": []}
-    target = f'"target_task": {{"id": \\d+, "name": "{PACKAGE}"'
-    rules.append({"phase": "decompose", "match": target, "response": atomic})
+    for name in (PACKAGE, ROOT):  # the root is split again only when "Build" fails
+        target = f'"target_task": {{"id": \\d+, "name": "{name}"'
+        rules.append({"phase": "decompose", "match": target, "response": atomic})
     for name, text in ROLLUPS.items():
         rules.append({"phase": "rollup", "match": f'"task": {{"name": "{name}"', "response": text})
     return {"rules": rules}
@@ -162,7 +172,7 @@ class Seen:
     def pending(self, name: str) -> bool:
         """Whether a split of ``name`` is on record and its answer is not (asked, then died)."""
         node = self.node(name)
-        split = self.state.splits.get(str(node))
+        split = self.state.asking.get(str(node))
         if node is None or split is None:
             return False
         return all(kid.position < split.first_position for kid in self.tree.children(node))
@@ -214,11 +224,17 @@ class Case:
         )
 
     def start(
-        self, kill: str = "", *, broken: bool = False, **options: Any
+        self,
+        kill: str = "",
+        *,
+        broken: bool = False,
+        resplit: dict[str, Any] | None = None,
+        whole: tuple[str, ...] = (),
+        **options: Any,
     ) -> subprocess.CompletedProcess[str]:
         """Run the plan in a new process with these ``TreeOptions``, dying at ``kill``."""
         path = self.folder / "script.json"
-        path.write_text(json.dumps(script(broken=broken)))
+        path.write_text(json.dumps(script(broken=broken, resplit=resplit, whole=whole)))
         plan, given = str(self.plan.id), json.dumps(options)
         return self.child(kill, "run", str(path), plan, given)
 
@@ -336,8 +352,12 @@ def asked(seen: Seen) -> Counter[tuple[str, str]]:
 # -- what every resume must keep --------------------------------------------------------
 
 
-def check_resumed(at_kill: Seen, end: Seen) -> None:
-    """Nothing the store had finished at the kill ran again, no split was asked twice."""
+def check_resumed(at_kill: Seen, end: Seen, *, resplit: tuple[str, ...] = ()) -> None:
+    """Nothing the store had finished at the kill ran again, no split was asked twice.
+
+    ``resplit``: nodes with children at the kill that the resumed run may split again, once
+    (the first time: a child of theirs fails after the kill).
+    """
     tools_again = new(at_kill.ledger, end.ledger)
     calls_again = new(at_kill.calls, end.calls)
     for name, (_, key) in LEAVES.items():
@@ -351,7 +371,7 @@ def check_resumed(at_kill: Seen, end: Seen) -> None:
             assert "execute" not in again, (name, calls_again)
         # a split on record with its answer is never asked for again; one whose answer
         # died with the process is asked once more
-        limit = 1 if at_kill.pending(name) or not at_kill.split(name) else 0
+        limit = 1 if at_kill.pending(name) or not at_kill.split(name) or name in resplit else 0
         assert again.count("decompose") <= limit, (name, calls_again)
     charged = [c for c in end.ledger if c["tool"] == "charge"]
     assert len(charged) <= 1, charged
@@ -437,12 +457,27 @@ def test_killed_right_after_a_rollup_answered(cases: Cases) -> None:
 def test_killed_inside_the_upfront_decomposition(cases: Cases) -> None:
     case = cases()
     at_kill, end = kill_and_resume(case, f"model:decompose:{PUBLISH}", decompose="upfront")
-    assert at_kill.split(BUILD) and not at_kill.split(PUBLISH)
+    # the level's answers are written together once all came: none was
+    assert not at_kill.split(BUILD) and not at_kill.split(PUBLISH)
     assert at_kill.ledger == []  # nothing runs before the tree is grown
+    before, calls = asked(at_kill), asked(end)
+    assert before[("decompose", PUBLISH)] == 1
+    for task in (BUILD, PUBLISH):  # the answers died with the process: asked once more
+        assert calls[("decompose", task)] == before[("decompose", task)] + 1
+    assert calls[("execute", PUBLISH)] == calls[("execute", BUILD)] == 0
+    assert once_each(end), end.ledger
+
+
+def test_killed_between_the_writes_of_the_upfront_decomposition(cases: Cases) -> None:
+    case = cases()
+    at_kill, end = kill_and_resume(case, f"write:{BUILD}", decompose="upfront")
+    assert at_kill.split(BUILD) and not at_kill.split(PUBLISH)
+    assert not at_kill.state.upfront and at_kill.ledger == []
     calls = asked(end)
     assert calls[("decompose", BUILD)] == 1  # its children were written: not asked again
-    assert calls[("decompose", PUBLISH)] == 2  # the answer in flight was lost
+    assert calls[("decompose", PUBLISH)] == 2  # its answer, not written yet, was lost
     assert calls[("execute", PUBLISH)] == calls[("execute", BUILD)] == 0
+    assert [n.name for n in end.tree.children(node(case, BUILD))] == [COMPILE, PACKAGE]
     assert once_each(end), end.ledger
 
 
@@ -531,29 +566,114 @@ def test_killed_inside_a_re_split_asks_the_decomposer_again_not_the_executor(
     assert calls[("execute", BUILD)] == 1  # it asked to be split once, before the kill
     assert calls[("decompose", BUILD)] == 3  # split, re-split (died), re-split again
     keys = Counter(c["key"] for c in end.ledger if c["key"] != "notes")
-    assert keys == {  # the retry of "fail-package" is refused as a repeated call
+    assert keys == {  # "Package build" was tried twice (a retry is an attempt of its own)
         "compile": 1,
-        "fail-package": 1,
+        "fail-package": 2,
         "compile2": 1,
         "package2": 1,
         "publish": 1,
     }
+    again = {c["key"] for c in new(at_kill.ledger, end.ledger)}
+    assert again == {"compile2", "package2", "publish"}  # the failed node was not run again
     view = {n["name"]: n["status"] for n in case.view()["nodes"]}
     assert view == dict.fromkeys([ROOT, NOTES, BUILD, COMPILE2, PACKAGE2, PUBLISH], "ok")
 
 
+def test_a_kill_right_after_the_upfront_decomposition_asks_about_no_node_again(
+    cases: Cases,
+) -> None:
+    case = cases("async")  # checkpoints queued: the end of the growth must be on disk
+    # "Publish release" is left whole: nothing in the stored tree says it was asked about
+    kill = f"event:NodeStarted:{node(case, ROOT)}"  # the first node, once the tree is grown
+    at_kill = killed(case, kill, decompose="upfront", whole=(PUBLISH,))
+    assert at_kill.state.upfront and at_kill.ledger == []
+    assert at_kill.split(BUILD) and not at_kill.split(PUBLISH)
+    result = case.resume_here()
+    assert result["stop_reason"] == "success" and result["answer"] == ANSWER, result
+    end = case.seen()
+    check_resumed(at_kill, end)
+    calls = asked(end)
+    assert calls[("decompose", BUILD)] == calls[("decompose", PUBLISH)] == 1
+    assert calls[("execute", PUBLISH)] == 2  # a leaf: its call, then its finish
+    assert {c["key"] for c in end.ledger} == {"notes", "compile", "package", "publish"}
+
+
 def test_the_node_budget_holds_across_a_kill_in_the_upfront_decomposition(cases: Cases) -> None:
     case = cases("async")  # checkpoints queued: the tree grows before they are on disk
-    # three nodes for the run: "Build artifacts" takes two, "Publish release" gets one
-    kill = f"model:decompose:{PUBLISH}"
-    at_kill = killed(case, kill, decompose="upfront", max_nodes=3)
+    # three nodes for the run: "Build artifacts" takes two, "Publish release" gets one; the
+    # resumed run counts the two the dead process wrote (and never checkpointed)
+    at_kill = killed(case, f"write:{BUILD}", decompose="upfront", max_nodes=3)
     assert at_kill.split(BUILD) and not at_kill.split(PUBLISH)
+    assert at_kill.state.known == [n.id for n in case.plan.nodes]
     result = case.resume_here()
     assert result["stop_reason"] == "success" and result["answer"] == ANSWER, result
     end = case.seen()
     check_resumed(at_kill, end)
     added = [n.name for n in end.tree.nodes if n not in case.plan.nodes]
     assert added == [COMPILE, PACKAGE, UPLOAD], added
+    assert {c["key"] for c in end.ledger} == {"notes", "compile", "package", "upload"}
+
+
+FAILS = {
+    "not_split_again": ({"redecompose": False}, 1),
+    "split_again_into_nothing": ({"resplit": {"should_stop": True, "children": []}}, 2),
+    "split_again_into_a_cycle": ({}, 2),
+}
+"""How "Build artifacts" fails once "Package build" did: options, and the splits it gets."""
+
+
+@pytest.mark.parametrize("how", list(FAILS))
+def test_a_resumed_run_that_fails_names_the_node_that_failed_before_the_kill(
+    cases: Cases, how: str
+) -> None:
+    case = cases()
+    options, splits = FAILS[how]
+    kill = f"event:NodeFinished:{node(case, BUILD)}"  # its failure, not yet on record
+    if how == "split_again_into_a_cycle":  # new children that would wait for "Publish"
+        kids = [{"name": k, "dependencies": [node(case, PUBLISH)], "leaf": True} for k in RESPLIT]
+        options = {"resplit": {"should_stop": False, "children": kids}}
+        kill = f"write:{BUILD}:2"  # written, not yet looked at
+    # "Package build" fails (tried twice) before the kill; "Build artifacts" after it
+    at_kill = killed(case, kill, broken=True, **options)
+    assert at_kill.status_of(PACKAGE) == "failed" and at_kill.status_of(BUILD) != "failed"
+    assert asked(at_kill)[("decompose", BUILD)] == splits
+    result = case.resume_here()
+    package = at_kill.node(PACKAGE)
+    assert result["status"] == "stopped" and result["stop_reason"] == f"node_failed:{package}"
+    end = case.seen()
+    resplit = () if how == "not_split_again" else (ROOT,)
+    check_resumed(at_kill, end, resplit=resplit)
+    assert asked(end)[("decompose", BUILD)] == splits  # a split tried is not asked again
+    assert asked(end)[("decompose", ROOT)] == len(resplit)
+    assert new(at_kill.ledger, end.ledger) == []  # nothing ran again, "Publish" never ran
+    assert end.status_of(BUILD) == "failed" and end.status_of(ROOT) == "failed"
+    view = {n["name"] for n in case.view()["nodes"]}
+    assert view == {ROOT, NOTES, BUILD, COMPILE, PACKAGE, PUBLISH}  # the children it had
+
+
+def test_a_node_that_kept_its_children_is_not_held_for_approval_after_a_kill(
+    cases: Cases,
+) -> None:
+    case = cases()
+    nothing = {"should_stop": True, "children": []}
+    paused = json.loads(
+        case.start(broken=True, resplit=nothing, approve_decompositions=True).stdout
+    )
+    assert paused["stop_reason"] == "awaiting_approval", paused  # "Build"'s split
+    # approved; "Package build" fails, "Build artifacts" and then the root are split again
+    # into nothing, and the process dies as the root fails
+    approving = case.child(f"event:NodeFinished:{node(case, ROOT)}", "approve")
+    assert approving.returncode == -signal.SIGKILL, approving.stderr
+    at_kill = case.seen()
+    assert at_kill.status_of(BUILD) == "failed" and at_kill.status_of(ROOT) != "failed"
+    result = case.resume_here()  # the root's own children were never split off: no approval
+    package = at_kill.node(PACKAGE)
+    assert result["stop_reason"] == f"node_failed:{package}", result
+    end = case.seen()
+    check_resumed(at_kill, end)
+    calls = asked(end)
+    assert calls[("decompose", BUILD)] == 2 and calls[("decompose", ROOT)] == 1
+    assert new(at_kill.ledger, end.ledger) == []
 
 
 # -- kill points from a seeded RNG ------------------------------------------------------

@@ -14,10 +14,13 @@ process that knows nothing but the store.
 
 Every event is written as a JSON line (``n``, ``event``, ``detail``) to
 ``TREE_CRASH_EVENTS``. ``TREE_CRASH_AT`` may make the process kill itself with SIGKILL:
-``count:<n>`` at its ``n``-th event, ``event:<Class>`` or ``event:<Class>:<detail>`` at the
-first such event (``detail``: the event's node id, model phase or tool); ``tool:...`` and
-``model:...`` are read by the toolset and the model. ``TREE_CRASH_DURABILITY`` is the run's
-durability (default ``async``). The result is printed as JSON.
+``count:<n>`` at its ``n``-th event; ``event:<Class>`` or ``event:<Class>:<detail>`` at the
+first such event (``detail``: the event's node id, model phase or tool); ``write:<node
+name>`` right after the children of that node are stored (committed, before the process
+reads anything back; ``write:<node name>:<k>``: after the ``k``-th such write);
+``tool:...`` and ``model:...`` are read by the toolset and the model.
+``TREE_CRASH_DURABILITY`` is the run's durability (default ``async``). The result is
+printed as JSON.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from model import register
@@ -34,6 +37,8 @@ from model import register
 from taskdecomp import TreeOptions, approve_sync, open_store, resume_sync, run_sync
 from taskdecomp.events import Event
 from taskdecomp.run import RunResult
+from taskdecomp.store.trees import TreeRepository
+from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTreeId
 
 HERE = Path(__file__).parent
 LEASE = 600.0
@@ -77,11 +82,42 @@ def watcher(path: Path, spec: str) -> Callable[[Event], None]:
     return on_event
 
 
+def die_after_writing(spec: str) -> None:
+    """Make the process die right after the write ``spec`` names (``write:<name>[:<k>]``)."""
+    kind, _, name = spec.partition(":")
+    if kind != "write":
+        return
+    head, _, count = name.rpartition(":")
+    name, nth = (head, int(count)) if count.isdigit() else (name, 1)
+    writes = 0
+    write = TreeRepository.write_children
+
+    def written(
+        self: TreeRepository,
+        plan_id: PlanTreeId,
+        parent_id: NodeId | None,
+        children: Sequence[NewNode],
+        *,
+        replace: bool = False,
+    ) -> list[PlanNode]:
+        nonlocal writes
+        stored = write(self, plan_id, parent_id, children, replace=replace)
+        parent = self.get_plan_tree(plan_id).node(parent_id) if parent_id is not None else None
+        if parent is not None and parent.name == name:
+            writes += 1
+            if writes == nth:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return stored
+
+    TreeRepository.write_children = written  # type: ignore[method-assign]  # the kill point
+
+
 def main() -> None:
     mode, url, run_id, *rest = sys.argv[1:]
     register()
     store = open_store(url)
     spec = os.environ.get("TREE_CRASH_AT", "")
+    die_after_writing(spec)
     common = {
         "store": store,
         "on_event": watcher(Path(os.environ["TREE_CRASH_EVENTS"]), spec),

@@ -11,7 +11,9 @@ budgets, so its calls count like any other; the nodes one run adds stay within
 A split is on record (the state's ``asking``) and on disk before the decomposer is asked,
 so a run resumed after a crash takes the children the decomposer wrote instead of asking
 again (:meth:`Splitter.adopt`). Children whose dependencies would make nodes wait for each
-other are not taken: the node stays as it was.
+other are not taken: the node stays as it was, and a second split that was tried stays on
+record as tried whatever it wrote. Upfront, a node whose children are in the stored tree is
+not asked about again, and the end of the growth is on disk before anything runs.
 """
 
 from __future__ import annotations
@@ -166,22 +168,32 @@ class Splitter:
             shape = self.records.reshape(self.repository.get_plan_tree(shape.tree.id))
         check(shape)
         self.state.upfront = True
-        self.records.save()
+        await self.records.save_durably()  # a resumed run does not ask about any node again
 
     def gate(self, node_id: NodeId) -> None:
         """Pause before the children of an as-needed split run, until a human approves them.
+
+        Only the children the split wrote wait: a node that kept its children (its second
+        split wrote none the run could take) goes on.
 
         Raises:
             StopRun: ``awaiting_approval``, when they were not approved yet.
         """
         split = self.state.splits.get(str(node_id))
-        if not self.options.approve_decompositions or split is None or not split.children:
+        if not self.options.approve_decompositions or split is None:
+            return
+        written = [
+            kid
+            for kid in self.records.shape.children(node_id)
+            if kid.position >= split.first_position
+        ]
+        if not written:
             return
         steps = tuple(
             Step(
                 id=TaskId(f"node-{kid.id}"), title=kid.name, instruction=kid.instruction or kid.name
             )
-            for kid in self.records.shape.children(node_id)
+            for kid in written
         )
         self.ctx.approvals.require(
             ApprovalRequest.for_plan(Plan(steps=steps), redactor=self.ctx.redactor)
@@ -204,7 +216,13 @@ class Splitter:
             old: list[int] = [
                 kid.id for kid in tree.children(node_id) if kid.position < asked.first_position
             ]
-            self.state.splits[key] = before or Split(first_position=0, reason="", children=old)
+            # on record as tried, so that a resumed run does not ask for it once more
+            self.state.splits[key] = Split(
+                first_position=asked.first_position,
+                reason=before.reason if before is not None else "",
+                children=old,
+                redo=True,
+            )
         else:  # tried: the leaf is not split again
             asked.children = []
         self.records.reshape(tree)

@@ -62,13 +62,17 @@ class Split:
     """
 
     first_position: int
-    """The position the split's first child takes among the node's children."""
+    """The position the split's first child takes among the node's children (the ones
+    before it are not the split's)."""
     reason: str
     """Why the node was split: the failure the decomposer was told about."""
     children: list[int] | None = None
-    """The children written (``[]``: none, the node stays a leaf); ``None`` while asked."""
+    """The node's active children: the ones written (``[]``: none, the node stays a leaf),
+    or, when a second split wrote none the run could take, the ones it had; ``None`` while
+    asked."""
     redo: bool = False
-    """A second split of an inner node whose child failed (``--redecompose``)."""
+    """A second split of an inner node whose child failed (``--redecompose``), taken or
+    not: the node is not split again."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
