@@ -96,6 +96,22 @@ class Records:
         self.save()
         return False
 
+    def skipped(self, node_ids: list[NodeId], above: NodeId) -> None:
+        """``node_ids`` fail unrun: ``above``, over them, failed before running them.
+
+        Not checkpointed here: the failure of ``above`` that follows is.
+        """
+        reason = f"node_failed:{above}"
+        for node_id in node_ids:
+            record = self.state.record(node_id)
+            record.status, record.reason = "failed", reason
+            record.message = f"node {above}, above it, failed before it ran"
+            self.ctx.events.emit(
+                NodeFinished(
+                    run_id=self.ctx.run_id, node_id=node_id, status="failed", reason=reason
+                )
+            )
+
     def decomposed(self, node_id: NodeId, children: list[int], reason: str) -> None:
         """``node_id`` was split into ``children``; checkpointed."""
         self.state.record(node_id).status = "decomposed"

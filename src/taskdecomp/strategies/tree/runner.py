@@ -182,17 +182,36 @@ class TreeRun:
     async def _work(self, node_id: NodeId) -> bool:
         record = self.state.record(node_id)
         if record.status in ("ok", "failed"):
+            if record.status == "failed" and self._settle_below(node_id):
+                self.records.save()
             return record.status == "ok"
         if self.pause is not None:
             raise self.pause
         for dep in self.shape.waits_for(node_id):
             if not await self._end(dep):
+                self._settle_below(node_id)
                 return self.records.fail(
                     node_id, f"node_failed:{dep}", f"node {dep}, which it needs, failed"
                 )
         if self.shape.is_leaf(node_id):
             return await self._leaf(node_id)
         return await self._inner(node_id)
+
+    def _settle_below(self, node_id: NodeId) -> bool:
+        """End the subtree of ``node_id``, which failed (maybe without running it).
+
+        Whatever waits for one of its nodes must not wait forever: each ends as the run's
+        record has it (``ok`` or ``failed``), or, never run, fails for ``node_id``. Returns
+        whether some did not run (their records changed: not checkpointed here).
+        """
+        below = self.shape.below(node_id)
+        unrun = [kid for kid in below if self.state.record(kid).status not in ("ok", "failed")]
+        self.records.skipped(unrun, node_id)
+        for kid in below:
+            end = self._end(kid)
+            if not end.done():
+                end.set_result(self.state.record(kid).status == "ok")
+        return bool(unrun)
 
     async def _all(self, work: list[Coroutine[Any, Any, bool]]) -> list[bool]:
         """Run ``work`` at once; a pause lets the others end first, any other stop cancels."""

@@ -92,6 +92,16 @@ class Shape:
             parent = self._parents.get(parent)
         return found
 
+    def below(self, node_id: NodeId) -> list[NodeId]:
+        """The node's active descendants, parents first."""
+        found: list[NodeId] = []
+        stack = [kid.id for kid in reversed(self.children(node_id))]
+        while stack:
+            kid = stack.pop()
+            found.append(kid)
+            stack.extend(grandkid.id for grandkid in reversed(self.children(kid)))
+        return found
+
     def waits_for(self, node_id: NodeId) -> list[NodeId]:
         """The nodes whose end ``node_id`` waits for before it starts (see the module)."""
         lineage = {node_id, *self.ancestors(node_id)}
