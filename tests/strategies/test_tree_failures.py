@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from taskdecomp import TreeOptions, approve_sync, run_sync
+from taskdecomp import TreeOptions, approve_sync, run_sync, tool
 from taskdecomp.budget import Budget
 from taskdecomp.events import Event, NodeFinished
 from taskdecomp.store import SqlStore
@@ -24,10 +24,12 @@ from tests.strategies.tree_support import (
     depend,
     finish,
     first_turn,
+    kids,
     model,
     node,
     payload,
     pg_url,
+    retry,
     sqlite_url,
     store,
     stored_tree,
@@ -204,3 +206,142 @@ def test_a_resumed_run_ends_the_unrun_subtree_of_a_node_stored_as_failed(
     assert after["B"] == after["C"] == ("failed", f"node_failed:{ids['P']}")
     assert after["A"] == ("failed", f"node_failed:{ids['B']}")
     assert after["E"] == ("ok", None)
+
+
+# -- what a failed attempt already did --------------------------------------------------------
+
+
+def shop(charged: list[str]) -> list[Any]:
+    """A card charge (unsafe: it happens once) and a carrier that is down."""
+
+    @tool(side_effects="unsafe")
+    def charge(order: str) -> str:
+        """Charge the customer's card for an order."""
+        charged.append(order)
+        return f"charged {order}"
+
+    def ship(order: str) -> str:
+        """Ship the order."""
+        raise RuntimeError("carrier API down")
+
+    def book_courier(order: str) -> str:
+        """Ship the order with a courier instead."""
+        return f"courier booked for {order}"
+
+    return [charge, ship, book_courier]
+
+
+ALREADY_CHARGED = (
+    r'.*"last_attempt": \{[^}]*"done": \[\{"tool": "charge", "args": \{"order": "7"\}, '
+    r'"result": "charged 7"\}'
+)
+"""A retry's request that says the card was charged by the failed attempt."""
+
+
+def test_a_retry_is_told_the_calls_the_failed_attempt_made_and_does_not_make_them_again(
+    store: SqlStore,
+) -> None:
+    charged: list[str] = []
+    tree = stored_tree(store, "Shop", {"Shop": {"Fulfil order 7": {}}})
+    fulfil = "Fulfil order 7"
+    scripted = model(
+        (
+            retry(fulfil) + ALREADY_CHARGED + r'.*"turns": \[\]',
+            call("book_courier", order="7"),
+            "execute",
+        ),
+        (retry(fulfil) + r'.*"tool": "book_courier"', finish("charged and sent"), "execute"),
+        (first_turn(fulfil), call("charge", order="7"), "execute"),
+        (node(fulfil), call("ship", order="7"), "execute"),
+    )
+    result = run_sync(
+        tools=shop(charged),
+        model=scripted,
+        store=store,
+        plan=tree.id,
+        tree=TreeOptions(decompose="none", node_retries=1),
+        budget=DEADLINE,
+    )
+    assert charged == ["7"]  # once, by the first attempt
+    assert result.status == "ok", result.message
+    assert result.answer == "charged and sent"
+    again = next(payload(r) for r in scripted.calls if payload(r)["step"]["id"].endswith(".2"))
+    assert again["last_attempt"] == {
+        "failed": "tool_error:ship",
+        "message": "RuntimeError: carrier API down",
+        "done": [{"tool": "charge", "args": {"order": "7"}, "result": "charged 7"}],
+    }
+    assert again["turns"] == []  # the new attempt's own turns start afresh
+
+
+def test_a_split_after_a_failed_attempt_is_told_what_it_already_did(store: SqlStore) -> None:
+    charged: list[str] = []
+    tree = stored_tree(store, "Shop", {"Shop": {"Fulfil order 7": {}}})
+    fulfil = "Fulfil order 7"
+    scripted = model(
+        (first_turn(fulfil), call("charge", order="7"), "execute"),
+        (node(fulfil), call("ship", order="7"), "execute"),
+        (target(fulfil) + r'.*"failure": "[^"]*called charge', kids("Courier"), "decompose"),
+        (target(fulfil), kids("Charge", "Courier"), "decompose"),
+        (first_turn("Charge"), call("charge", order="7"), "execute"),
+        (node("Charge"), finish("charged"), "execute"),
+        (first_turn("Courier"), call("book_courier", order="7"), "execute"),
+        (node("Courier"), finish("courier booked"), "execute"),
+    )
+    result = run_sync(
+        tools=shop(charged), model=scripted, store=store, plan=tree.id, budget=DEADLINE
+    )
+    assert result.status == "ok", result.message
+    assert charged == ["7"]
+    (asked,) = asked_to_split(scripted)
+    assert asked["failure"] == (
+        "an attempt failed (tool_error:ship): RuntimeError: carrier API down\n"
+        "Already done, not to be done again (use the results):\n"
+        '- this task called charge {"order": "7"}: "charged 7"'
+    )
+
+
+def test_a_second_split_is_told_which_subtasks_finished_and_the_calls_that_failed(
+    store: SqlStore,
+) -> None:
+    charged: list[str] = []
+    tree = stored_tree(store, "Shop", {"Shop": {"Fulfil": {"Pay": {}, "Send": {}}}})
+    depend(store, tree, "Send", "Pay")
+    scripted = model(
+        (first_turn("Pay"), call("charge", order="7"), "execute"),
+        (node("Pay"), finish("paid: charged 7"), "execute"),
+        (first_turn("Send"), call("book_courier", order="7"), "execute"),
+        (node("Send"), call("ship", order="7"), "execute"),
+        (target("Send"), {"should_stop": True, "reason": "one call"}, "decompose"),
+        (target("Fulfil") + r".*subtask \'Pay\' finished", kids("Courier"), "decompose"),
+        (target("Fulfil"), kids("Pay again", "Courier"), "decompose"),
+        (node("Pay again"), call("charge", order="7"), "execute"),
+        (node("Courier"), finish("sent by courier"), "execute"),
+    )
+    result = run_sync(
+        tools=shop(charged),
+        model=scripted,
+        store=store,
+        plan=tree.id,
+        tree=TreeOptions(node_retries=0),
+        budget=DEADLINE,
+    )
+    assert result.status == "ok", result.message
+    assert result.answer == "sent by courier"
+    assert charged == ["7"]
+    resplit = [a for a in asked_to_split(scripted) if a["target_task"]["name"] == "Fulfil"]
+    (failure,) = [a["failure"] for a in resplit]
+    assert "- subtask 'Pay' finished: \"paid: charged 7\"" in failure
+    assert (
+        '- subtask \'Send\' called book_courier {"order": "7"}: "courier booked for 7"' in failure
+    )
+
+
+def test_what_was_done_is_bounded() -> None:
+    from taskdecomp.strategies.tree import done
+
+    turns = [{"call": {"tool": "look", "args": {"n": n}}, "result": "x" * 1000} for n in range(30)]
+    kept = done.kept([], turns)
+    assert len(kept) == done.MAX_CALLS and kept[0]["args"] == {"n": 10}
+    assert all(len(call["result"]) == done.MAX_CHARS for call in kept)
+    assert kept[0]["result"].endswith("\u2026")

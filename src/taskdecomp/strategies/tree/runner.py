@@ -35,6 +35,7 @@ from taskdecomp.stops import StopRun, with_detail
 from taskdecomp.store.trees import TreeRepository
 from taskdecomp.strategies.base import Outcome
 from taskdecomp.strategies.replan.agent import DecompositionWanted, ExecutorAgent
+from taskdecomp.strategies.tree import done
 from taskdecomp.strategies.tree.options import TreeOptions
 from taskdecomp.strategies.tree.records import Records
 from taskdecomp.strategies.tree.shape import Shape, check
@@ -275,6 +276,7 @@ class TreeRun:
             record.status = "running"
             self.records.started(node, leaf=True)
             started = self.ctx.clock()
+            turns = self.state.turns(step.id)  # the agent's own list, kept when it fails
             scope = LOOP_SCOPE.set(step.id)
             try:
                 result = await self._agent(node, splittable)(self.state.number(node.id), step)
@@ -290,6 +292,7 @@ class TreeRun:
             finally:
                 LOOP_SCOPE.reset(scope)
         self.state.finished(step.id)
+        record.done = done.kept(record.done, turns)
         record.attempts += 1
         record.reason, record.message = reason, message or None
         return _failure_text(reason, message)
@@ -305,7 +308,11 @@ class TreeRun:
             ],
         }
         if record.attempts:
-            progress["last_attempt"] = {"failed": record.reason, "message": record.message}
+            progress["last_attempt"] = {
+                "failed": record.reason,
+                "message": record.message,
+                "done": record.done,
+            }
         return ExecutorAgent(
             self.ctx,
             progress=lambda: progress,

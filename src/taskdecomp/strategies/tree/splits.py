@@ -27,6 +27,7 @@ from taskdecomp.runtime import RunContext
 from taskdecomp.stops import LlmPhase, StopRun
 from taskdecomp.store.trees import TreeRepository
 from taskdecomp.strategies.decompose import PlanDecomposer
+from taskdecomp.strategies.tree import done
 from taskdecomp.strategies.tree.options import TreeOptions
 from taskdecomp.strategies.tree.records import Records
 from taskdecomp.strategies.tree.shape import TOP, check
@@ -118,9 +119,8 @@ class Splitter:
                 total_node_budget=room,
                 auto_on_create=False,
             )
-            result = await self.decomposer.decompose_node(
-                tree.id, node_id, options, failure=failure
-            )
+            told = done.told(self.records.shape, node_id, failure)
+            result = await self.decomposer.decompose_node(tree.id, node_id, options, failure=told)
         finally:
             self._held -= room
         _stop_on(result)

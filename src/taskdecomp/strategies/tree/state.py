@@ -39,6 +39,9 @@ class NodeRecord:
     """Attempts at it as a leaf that ended (without a result)."""
     step_no: int | None = None
     """Its step's number in the run, once it has one."""
+    done: list[dict[str, Any]] = field(default_factory=list)
+    """The tool calls its failed attempts made, with their results (``tool``, ``args``,
+    ``result``; bounded, see :mod:`taskdecomp.strategies.tree.done`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -49,6 +52,7 @@ class NodeRecord:
             "message": self.message,
             "attempts": self.attempts,
             "step_no": self.step_no,
+            "done": self.done,
         }
 
 
