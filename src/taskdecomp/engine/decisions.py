@@ -4,13 +4,16 @@ A run pauses with ``awaiting_approval`` (status ``paused``) when a plan under
 ``approve_plan`` or a ``needs_approval`` tool call waits for a human. The decision may come
 much later, from another process: everything needed is in the store. An edited plan passes
 the policy boundary (its strategy's ``edit_plan``) before it replaces the pending one; when
-it does not, nothing changes and the run stays paused.
+it does not, nothing changes and the run stays paused. A rejection first lets the run's
+strategy undo what the approval would have let go on (its ``on_reject``: the ``tree``
+strategy removes the children of a rejected split from the stored tree).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from taskdecomp import durable, runconfig, stops
@@ -150,6 +153,7 @@ def reject(
     lease, stored = durable.take_over(store, RunId(run_id), seconds=e.lease_seconds)
     try:
         pending = _pending(_paused(stored))
+        state = _undone(store, stored)
     except BaseException:
         store.release_lease(lease)
         raise
@@ -158,9 +162,24 @@ def reject(
     journal(
         ApprovalDecided(run_id=stored.run_id, digest=pending.digest, approved=False, reason=reason)
     )
-    journal(RunStopped(run_id=stored.run_id, result=result))
     approvals = {"approved": list(stored.approvals.get("approved", [])), "pending": None}
+    if state is not None and stored.plan is not None:
+        journal.state_saved(stored.plan, state, approvals=approvals)
+    journal(RunStopped(run_id=stored.run_id, result=result))
     return journal.finished(result, approvals=approvals)
+
+
+def _undone(store: Store, stored: StoredRun) -> Mapping[str, Any] | None:
+    """Undo what the rejected approval would have let the run do, if its strategy can.
+
+    The strategy's ``on_reject(store, stored)``, when it has one, returns the run's new
+    state (stored with the rejection), or ``None``.
+    """
+    hook = getattr(registry.strategy(runconfig.stored_config(stored).strategy), "on_reject", None)
+    if hook is None:
+        return None
+    state: Mapping[str, Any] | None = hook(store, stored)
+    return state
 
 
 def _paused(stored: StoredRun) -> StoredRun:

@@ -5,7 +5,8 @@ a plan) and ``plan_nodes`` (one row a node, with its parent, position, dependenc
 and leaf flag). Text goes
 through :mod:`taskdecomp.store.codec`, like every other table, so both backends store the
 same bytes. :meth:`TreeRepository.write_children` writes all the children of one node in
-one transaction: either every child is stored or none is.
+one transaction: either every child is stored or none is; :meth:`TreeRepository.delete_nodes`
+deletes nodes with their subtrees, and reroutes the dependencies on them, in one.
 """
 
 from __future__ import annotations
@@ -118,6 +119,35 @@ class TreeRepository:
                 _delete_children(conn, plan_id, parent_id)
             start = _next_position(conn, plan_id, parent_id)
             return self._insert(conn, plan_id, parent_id, children, start=start)
+
+    def delete_nodes(self, plan_id: PlanTreeId, node_ids: Sequence[NodeId]) -> int:
+        """Delete the nodes of plan ``plan_id`` in ``node_ids``, with their subtrees.
+
+        One transaction. A node left in the plan that depended on a deleted node depends on
+        that node's nearest ancestor that is left instead (or on nothing, when none is, or
+        when that is the node itself or one of its ancestors), so the plan stays one that
+        can be worked through. Ids that name no node of the plan are skipped.
+
+        Returns:
+            How many nodes were deleted (subtrees included).
+        """
+        with self.store.write() as conn:
+            query = select(plan_nodes.c.id, plan_nodes.c.parent_id, plan_nodes.c.dependencies)
+            rows = conn.execute(query.where(plan_nodes.c.plan_id == plan_id)).all()
+            parents = {NodeId(row.id): _id_or_none(row.parent_id) for row in rows}
+            gone = _subtrees(parents, set(node_ids))
+            if not gone:
+                return 0
+            for row in rows:
+                node_id = NodeId(row.id)
+                deps = decode_as(_DEPENDENCIES, row.dependencies, where=f"plan node {node_id}")
+                if node_id in gone or not gone.intersection(deps):
+                    continue
+                kept = _rerouted(node_id, deps, parents, gone)
+                values = {"dependencies": encode_json(kept, what="the dependencies")}
+                conn.execute(update(plan_nodes).where(plan_nodes.c.id == node_id).values(values))
+            conn.execute(delete(plan_nodes).where(plan_nodes.c.id.in_(sorted(gone))))
+        return len(gone)
 
     def list_plans(self) -> list[tuple[PlanTreeId, str, int]]:
         """Every plan: id, title and node count, newest first."""
@@ -256,6 +286,44 @@ def _delete_children(conn: Connection, plan_id: PlanTreeId, parent_id: NodeId | 
         else (plan_nodes.c.parent_id == parent_id)
     )
     conn.execute(delete(plan_nodes).where(plan_nodes.c.plan_id == plan_id, where))
+
+
+def _id_or_none(value: Any) -> NodeId | None:
+    return None if value is None else NodeId(int(value))
+
+
+def _subtrees(parents: dict[NodeId, NodeId | None], tops: set[int]) -> set[NodeId]:
+    """The nodes of ``parents`` in ``tops`` and every node below one of them."""
+    gone: set[NodeId] = set()
+    for node_id in parents:
+        line: list[NodeId] = []
+        at: NodeId | None = node_id
+        while at is not None and at not in gone and at not in tops:
+            line.append(at)
+            at = parents.get(at)
+        if at is not None:  # reached a deleted node: the whole line is below it
+            gone.update(line)
+            gone.add(at)
+    return gone
+
+
+def _rerouted(
+    node_id: NodeId, deps: tuple[int, ...], parents: dict[NodeId, NodeId | None], gone: set[NodeId]
+) -> list[int]:
+    """``node_id``'s dependencies with each deleted node replaced by its ancestor left."""
+    lineage: set[int] = set()
+    at: NodeId | None = node_id
+    while at is not None:
+        lineage.add(at)
+        at = parents.get(at)
+    kept: list[int] = []
+    for dep in deps:
+        target: NodeId | None = NodeId(dep)
+        while target is not None and target in gone:
+            target = parents.get(target)
+        if target is not None and target not in lineage and target not in kept:
+            kept.append(target)
+    return kept
 
 
 def _next_position(conn: Connection, plan_id: PlanTreeId, parent_id: NodeId | None) -> int:

@@ -32,7 +32,7 @@ from taskdecomp.strategies.tree.options import TreeOptions
 from taskdecomp.strategies.tree.records import Records
 from taskdecomp.strategies.tree.shape import TOP, check
 from taskdecomp.strategies.tree.state import Split, TreeState
-from taskdecomp.tree import NodeId, PlanTree
+from taskdecomp.tree import NodeId, PlanTree, PlanTreeId
 
 SPLIT_FAILURES = frozenset({"invalid_children", "llm_empty", "store_error"})
 """Ways a split can fail that leave the node unsplit; every other one ends the run."""
@@ -195,9 +195,14 @@ class Splitter:
             )
             for kid in written
         )
-        self.ctx.approvals.require(
-            ApprovalRequest.for_plan(Plan(steps=steps), redactor=self.ctx.redactor)
-        )
+        request = ApprovalRequest.for_plan(Plan(steps=steps), redactor=self.ctx.redactor)
+        approvals = self.ctx.approvals
+        waiting = approvals.enabled and request.digest not in approvals.approved
+        if waiting and not split.waiting:  # on record, so that a rejection finds them
+            split.waiting = True
+            self.records.save()
+        split.waiting = waiting
+        approvals.require(request)
 
     def _take(self, node_id: NodeId, asked: Split) -> bool:
         """Make the children ``asked`` wrote ``node_id``'s active ones; whether there are any."""
@@ -258,3 +263,23 @@ def _stop_on(result: DecompositionResult) -> None:
         if family not in SPLIT_FAILURES:
             phase: LlmPhase | None = "decompose" if family in _MODEL_STOPS else None
             raise StopRun(stops.StopReason(reason), llm_phase=phase, message=problem["message"])
+
+
+def reject_waiting(state: TreeState, repository: TreeRepository) -> bool:
+    """Undo the splits of a stopped run whose children wait for approval; whether any did.
+
+    A rejected split's children are deleted from the stored tree (a later run of the plan
+    would otherwise run them, unapproved), and its node fails, ``approval_rejected``.
+    """
+    rejected = [(key, split) for key, split in state.splits.items() if split.waiting]
+    if state.plan_id is None or not rejected:
+        return False
+    for key, split in rejected:
+        repository.delete_nodes(
+            PlanTreeId(state.plan_id), [NodeId(i) for i in split.children or ()]
+        )
+        split.children, split.waiting = [], False
+        record = state.record(int(key))
+        record.status, record.reason = "failed", stops.APPROVAL_REJECTED
+        record.message = "a human rejected its split"
+    return True

@@ -77,6 +77,8 @@ class Split:
     redo: bool = False
     """A second split of an inner node whose child failed (``--redecompose``), taken or
     not: the node is not split again."""
+    waiting: bool = False
+    """Its children wait for a human's approval (``approve_decompositions``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -85,6 +87,7 @@ class Split:
             "reason": self.reason,
             "children": self.children,
             "redo": self.redo,
+            "waiting": self.waiting,
         }
 
 

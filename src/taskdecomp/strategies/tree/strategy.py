@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from taskdecomp.errors import ConfigError, TreeNotFoundError
 from taskdecomp.runtime import RunContext
@@ -15,6 +15,7 @@ from taskdecomp.strategies.base import Outcome, Phases, ToolsArg
 from taskdecomp.strategies.registry import DataclassOptions, Setup
 from taskdecomp.strategies.tree.options import TreeOptions
 from taskdecomp.strategies.tree.runner import TreeRun
+from taskdecomp.strategies.tree.splits import reject_waiting
 from taskdecomp.strategies.tree.state import TreeState
 from taskdecomp.tools import Toolset
 from taskdecomp.tree import NodeId, PlanTreeId
@@ -25,7 +26,11 @@ if TYPE_CHECKING:
 
 
 class Tree(DataclassOptions):
-    """Work through a plan tree, splitting a task further only where an attempt fails."""
+    """Work through a plan tree, splitting a task further only where an attempt fails.
+
+    A rejection of a paused run (``reject``) calls :meth:`on_reject`: the children of a
+    split that waits for approval leave the stored tree.
+    """
 
     name = "tree"
     summary = "execute a plan tree: leaves by the executor agent, split as needed (ADaPT)"
@@ -41,6 +46,21 @@ class Tree(DataclassOptions):
     ) -> tuple[Toolset | None, Phases]:
         """Go on with the node statuses, splits and agent turns the run stored."""
         return None, _phases(setup, options, stored)
+
+    def on_reject(self, store: Store, stored: StoredRun) -> Mapping[str, Any] | None:
+        """A human rejected what paused run ``stored`` waits for: undo its waiting splits.
+
+        The children of a split waiting for approval are deleted from the stored tree, so
+        that no later run of the plan executes them unapproved; the split node fails,
+        ``approval_rejected``. Returns the run's new state (``None``: nothing to undo).
+        """
+        sql = _sql(store)
+        if sql is None:
+            return None  # a run kept in memory: its tree went with its process
+        from taskdecomp.store.trees import TreeRepository
+
+        state = TreeState.from_stored(stored)
+        return state.snapshot() if reject_waiting(state, TreeRepository(sql)) else None
 
     def default_goal(self, store: Store | None, options: TreeOptions) -> str:
         """The goal of a run of a stored tree: its node's name, or the plan's title.
