@@ -232,10 +232,11 @@ def shop(charged: list[str]) -> list[Any]:
 
 
 ALREADY_CHARGED = (
-    r'.*"last_attempt": \{[^}]*"done": \[\{"tool": "charge", "args": \{"order": "7"\}, '
-    r'"result": "charged 7"\}'
+    r'"last_attempt": \{[^}]*"done": \[\{"tool": "charge", "args": \{"order": "7"\}, '
+    r'"result": "charged 7"\}.*'
 )
-"""A retry's request that says the card was charged by the failed attempt."""
+"""A retry's request that says the card was charged by the failed attempt (it comes before
+the step in the request)."""
 
 
 def test_a_retry_is_told_the_calls_the_failed_attempt_made_and_does_not_make_them_again(
@@ -246,11 +247,15 @@ def test_a_retry_is_told_the_calls_the_failed_attempt_made_and_does_not_make_the
     fulfil = "Fulfil order 7"
     scripted = model(
         (
-            retry(fulfil) + ALREADY_CHARGED + r'.*"turns": \[\]',
+            ALREADY_CHARGED + retry(fulfil) + r'.*"turns": \[\]',
             call("book_courier", order="7"),
             "execute",
         ),
-        (retry(fulfil) + r'.*"tool": "book_courier"', finish("charged and sent"), "execute"),
+        (
+            retry(fulfil) + r'.*"call": \{"tool": "book_courier"',
+            finish("charged and sent"),
+            "execute",
+        ),
         (first_turn(fulfil), call("charge", order="7"), "execute"),
         (node(fulfil), call("ship", order="7"), "execute"),
     )
