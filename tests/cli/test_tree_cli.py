@@ -394,7 +394,9 @@ def test_a_rejected_split_ends_the_run_with_its_tree(
     run_id = run_id_of(out)
     code, out, _ = cli(capsys, "reject", run_id, "--reason", "too many jobs", "--db", db)
     assert code == 1
-    assert "stopped stop_reason=approval_rejected" in out and "· [2] Venue  pending" in out
+    assert "stopped stop_reason=approval_rejected" in out
+    # the rejected children left the stored tree; the node whose split it was failed
+    assert "[1] Launch a conference  failed: approval_rejected" in out and "Venue" not in out
 
 
 # -- flags and usage ------------------------------------------------------------------------
