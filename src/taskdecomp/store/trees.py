@@ -11,7 +11,8 @@ deletes nodes with their subtrees, and reroutes the dependencies on them, in one
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -120,7 +121,7 @@ class TreeRepository:
             start = _next_position(conn, plan_id, parent_id)
             return self._insert(conn, plan_id, parent_id, children, start=start)
 
-    def delete_nodes(self, plan_id: PlanTreeId, node_ids: Sequence[NodeId]) -> int:
+    def delete_nodes(self, plan_id: PlanTreeId, node_ids: Sequence[int]) -> int:
         """Delete the nodes of plan ``plan_id`` in ``node_ids``, with their subtrees.
 
         One transaction. A node left in the plan that depended on a deleted node depends on
@@ -288,11 +289,25 @@ def _delete_children(conn: Connection, plan_id: PlanTreeId, parent_id: NodeId | 
     conn.execute(delete(plan_nodes).where(plan_nodes.c.plan_id == plan_id, where))
 
 
+def pruned(tree: PlanTree, node_ids: Sequence[int]) -> PlanTree:
+    """``tree`` as :meth:`TreeRepository.delete_nodes` would leave it (nothing is written)."""
+    parents = {node.id: node.parent_id for node in tree.nodes}
+    gone = _subtrees(parents, set(node_ids))
+    nodes = tuple(
+        replace(node, dependencies=tuple(_rerouted(node.id, node.dependencies, parents, gone)))
+        if gone.intersection(node.dependencies)
+        else node
+        for node in tree.nodes
+        if node.id not in gone
+    )
+    return replace(tree, nodes=nodes)
+
+
 def _id_or_none(value: Any) -> NodeId | None:
     return None if value is None else NodeId(int(value))
 
 
-def _subtrees(parents: dict[NodeId, NodeId | None], tops: set[int]) -> set[NodeId]:
+def _subtrees(parents: Mapping[NodeId, NodeId | None], tops: set[int]) -> set[NodeId]:
     """The nodes of ``parents`` in ``tops`` and every node below one of them."""
     gone: set[NodeId] = set()
     for node_id in parents:
@@ -308,15 +323,18 @@ def _subtrees(parents: dict[NodeId, NodeId | None], tops: set[int]) -> set[NodeI
 
 
 def _rerouted(
-    node_id: NodeId, deps: tuple[int, ...], parents: dict[NodeId, NodeId | None], gone: set[NodeId]
-) -> list[int]:
+    node_id: NodeId,
+    deps: Sequence[int],
+    parents: Mapping[NodeId, NodeId | None],
+    gone: set[NodeId],
+) -> list[NodeId]:
     """``node_id``'s dependencies with each deleted node replaced by its ancestor left."""
     lineage: set[int] = set()
     at: NodeId | None = node_id
     while at is not None:
         lineage.add(at)
         at = parents.get(at)
-    kept: list[int] = []
+    kept: list[NodeId] = []
     for dep in deps:
         target: NodeId | None = NodeId(dep)
         while target is not None and target in gone:

@@ -4,7 +4,8 @@ A node that ends ``ok`` is a step of the run: its result goes into the history a
 journal checkpoints it with the tree state, in one transaction (a leaf's attempt is step
 ``node-<id>``, its retries ``node-<id>.2``, ...; the roll-up of every root of a plan is
 ``plan-<id>``). A node that fails, and every split, is checkpointed with the state alone.
-The run's plan, stored with every checkpoint, has a step per node that has a number.
+The run's plan, stored with every checkpoint, has a step per node that has a number (a
+node a second split replaced keeps its step once it finished).
 """
 
 from __future__ import annotations
@@ -175,6 +176,8 @@ class Records:
                 steps.append(finished.get(TaskId(f"plan-{self.shape.tree.id}"), self.top_step()))
             elif node is not None:
                 steps.append(finished.get(TaskId(f"node-{node_id}"), self.step(node, attempt=0)))
+            elif TaskId(f"node-{node_id}") in finished:  # replaced by a second split
+                steps.append(finished[TaskId(f"node-{node_id}")])
         return Plan(steps=tuple(steps))
 
     def _stored(self) -> StoredState:

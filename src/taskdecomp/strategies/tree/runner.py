@@ -75,8 +75,8 @@ class TreeRun:
         self.ctx, self.options, self.state = ctx, options, state
         self.repository = repository
         self.records = Records(ctx, outcome, state)
-        self.splits = Splitter(ctx, options, self.records, repository)
         self.slots = asyncio.Semaphore(ctx.meter.budget.max_parallel)
+        self.splits = Splitter(ctx, options, self.records, repository)
         self.ends: dict[NodeId, asyncio.Future[bool]] = {}
         self.pause: StopRun | None = None
 
@@ -121,9 +121,14 @@ class TreeRun:
         tree = self._load(PlanTreeId(state.plan_id or 0))
         first = not state.known
         if first:
-            state.known = [node.id for node in tree.nodes]
+            state.known, state.created = [node.id for node in tree.nodes], []
         self.records.reshape(tree)
-        self.splits.adopt()
+        if state.created is None:  # stored before a run kept its own nodes: all are
+            known = set(state.known)
+            state.created = [node.id for node in tree.nodes if node.id not in known]
+            state.added = self.shape.added(known)
+            self.records.reshape(tree)
+        await self.splits.adopt()
         if first:
             await self.records.save_durably()
         check(self.shape)

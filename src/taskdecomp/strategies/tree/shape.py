@@ -1,8 +1,10 @@
 """The plan tree as a run sees it: its scope, each node's active children, depths and waits.
 
-A run works through one subtree (or every root of a plan). A node's children are the tree's,
-except after a split the run made: then only the children that split wrote count (a
-second split of an inner node leaves the first children in the tree, no longer active).
+A run works through one subtree (or every root of a plan), and sees only its own nodes:
+the ones the tree had when it began and the ones its splits wrote (whatever another run
+of the plan adds is not there). A node's children are the tree's, except after a split
+the run made: then only the children that split wrote count (a second split of an inner
+node replaces the first children, which the run keeps on record).
 
 A node waits for the nodes it depends on (and so for their subtrees) and for whatever its
 ancestors wait for. A dependency on one of its own ancestors is already met by being under
@@ -36,9 +38,11 @@ class Shape:
         self.state = state
         self.root = NodeId(state.root) if state.root is not None else TOP
         """The run's root: a node, or :data:`TOP` for every root of the plan."""
-        self._nodes = {node.id: node for node in tree.nodes}
+        members = state.members()
+        nodes = [node for node in tree.nodes if members is None or node.id in members]
+        self._nodes = {node.id: node for node in nodes}
         self._kids: dict[NodeId, list[PlanNode]] = {}
-        for node in sorted(tree.nodes, key=lambda node: node.position):
+        for node in sorted(nodes, key=lambda node: node.position):
             self._kids.setdefault(node.parent_id or TOP, []).append(node)
         self._depths: dict[NodeId, int] = {}
         self._parents: dict[NodeId, NodeId] = {}
@@ -48,7 +52,7 @@ class Shape:
                 self._parents[kid.id] = node_id
 
     def node(self, node_id: NodeId) -> PlanNode | None:
-        """The stored node (``None`` for :data:`TOP` or a node gone from the tree)."""
+        """The stored node (``None`` for :data:`TOP`, or a node that is not the run's)."""
         return self._nodes.get(node_id)
 
     def children(self, node_id: NodeId) -> list[PlanNode]:
@@ -114,7 +118,10 @@ class Shape:
         return waits
 
     def added(self, known: set[int]) -> int:
-        """How many nodes below the run's root (active or not) are not in ``known``."""
+        """How many nodes below the run's root (active or not) are not in ``known``.
+
+        What a run stored before it counted the nodes it wrote had added.
+        """
         count, stack = 0, [self.root]
         while stack:
             kids = self._kids.get(stack.pop(), ())

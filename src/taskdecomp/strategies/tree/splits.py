@@ -10,10 +10,13 @@ budgets, so its calls count like any other; the nodes one run adds stay within
 
 A split is on record (the state's ``asking``) and on disk before the decomposer is asked,
 so a run resumed after a crash takes the children the decomposer wrote instead of asking
-again (:meth:`Splitter.adopt`). Children whose dependencies would make nodes wait for each
-other are not taken: the node stays as it was, and a second split that was tried stays on
-record as tried whatever it wrote. Upfront, a node whose children are in the stored tree is
-not asked about again, and the end of the growth is on disk before anything runs.
+again (:meth:`Splitter.adopt`). The children a split wrote become the run's nodes (see
+:mod:`taskdecomp.strategies.tree.shape`). Children whose dependencies would make nodes wait
+for each other are not taken and leave the stored tree: the node stays as it was, and a
+second split that was tried stays on record as tried whatever it wrote. A second split's
+children, taken, replace the node's old ones in the stored tree (the run keeps their
+records). Upfront, a node whose children are in the stored tree is not asked about again,
+and the end of the growth is on disk before anything runs.
 """
 
 from __future__ import annotations
@@ -25,12 +28,12 @@ from taskdecomp.models import ModelRequest, ModelResponse
 from taskdecomp.plan import Plan, Step, TaskId
 from taskdecomp.runtime import RunContext
 from taskdecomp.stops import LlmPhase, StopRun
-from taskdecomp.store.trees import TreeRepository
+from taskdecomp.store.trees import TreeRepository, pruned
 from taskdecomp.strategies.decompose import PlanDecomposer
 from taskdecomp.strategies.tree import done
 from taskdecomp.strategies.tree.options import TreeOptions
 from taskdecomp.strategies.tree.records import Records
-from taskdecomp.strategies.tree.shape import TOP, check
+from taskdecomp.strategies.tree.shape import TOP, Shape, check
 from taskdecomp.strategies.tree.state import Split, TreeState
 from taskdecomp.tree import NodeId, PlanTree, PlanTreeId
 
@@ -68,7 +71,11 @@ class Splitter:
     """
 
     def __init__(
-        self, ctx: RunContext, options: TreeOptions, records: Records, repository: TreeRepository
+        self,
+        ctx: RunContext,
+        options: TreeOptions,
+        records: Records,
+        repository: TreeRepository,
     ) -> None:
         self.ctx, self.options, self.records, self.repository = ctx, options, records, repository
         self.decomposer = PlanDecomposer(repository, _RunModel(ctx))
@@ -107,9 +114,10 @@ class Splitter:
         if room < 1:
             self.state.asking.pop(str(node_id), None)
             return False
-        tree = self.records.shape.tree
+        tree = self.repository.get_plan_tree(self.records.shape.tree.id)
         first = max((kid.position for kid in tree.children(node_id)), default=-1) + 1
-        asked = Split(first_position=first, reason=failure, redo=redo)
+        old: list[int] = [kid.id for kid in self.records.shape.children(node_id)] if redo else []
+        asked = Split(first_position=first, reason=failure, redo=redo, old=old)
         self.state.asking[str(node_id)] = asked
         self._held += room
         try:
@@ -124,23 +132,31 @@ class Splitter:
         finally:
             self._held -= room
         _stop_on(result)
-        return self._take(node_id, asked)
+        written: list[int] = [kid.id for kid in result.created_tasks if kid.parent_id == node_id]
+        return await self._take(node_id, asked, written)
 
-    def adopt(self) -> None:
+    async def adopt(self) -> None:
         """Settle the splits a stopped run was asking for, before it goes on.
 
-        A question with children at its positions was answered: they are taken, as if the
-        answer had just come. A leaf's question without is asked again when the run comes
-        to the leaf (:meth:`split`); an inner node's is forgotten (the node is split again
-        when its failed child is seen again).
+        A question with children at its positions (other than the node's old ones) was
+        answered: they are taken, as if the answer had just come. A leaf's question without
+        is asked again when the run comes to the leaf (:meth:`split`); an inner node's is
+        forgotten (the node is split again when its failed child is seen again). Nodes a
+        split took out of the tree and a stop left there are deleted.
         """
+        tree = self.records.shape.tree
+        for key, split in self.state.splits.items():
+            there = {kid.id for kid in tree.children(NodeId(int(key)))}
+            split.drop = [kid for kid in split.drop if kid in there]
+            self._drop(split)
         for key, asked in list(self.state.asking.items()):
             node_id = NodeId(int(key))
-            kids = self.records.shape.tree.children(node_id)
-            if any(kid.position >= asked.first_position for kid in kids):
-                self._take(node_id, asked)
+            kids = self.repository.get_plan_tree(tree.id).children(node_id)
+            if any(k.position >= asked.first_position and k.id not in asked.old for k in kids):
+                await self._take(node_id, asked)
             elif asked.redo:
                 del self.state.asking[key]
+        self.records.reshape(self.repository.get_plan_tree(tree.id))
 
     async def grow(self) -> None:
         """Grow every leaf of the run's subtree breadth-first, down to ``max_depth``.
@@ -149,7 +165,7 @@ class Splitter:
             StopRun: growing stopped the run, or the tree it made cannot be worked through
                 (``invalid_tree:<rule>``).
         """
-        shape = self.records.shape
+        shape = self._grown()
         starts = [
             (node.id, shape.depth(node.id))
             for node, _ in shape.scope()
@@ -164,7 +180,9 @@ class Splitter:
                 auto_on_create=False,
                 concurrency=self.ctx.meter.budget.max_parallel,
             )
-            _stop_on(await self.decomposer.grow(shape.tree.id, starts, options))
+            result = await self.decomposer.grow(shape.tree.id, starts, options)
+            self._created([node.id for node in result.created_tasks])
+            _stop_on(result)
             shape = self.records.reshape(self.repository.get_plan_tree(shape.tree.id))
         check(shape)
         self.state.upfront = True
@@ -204,35 +222,82 @@ class Splitter:
         split.waiting = waiting
         approvals.require(request)
 
-    def _take(self, node_id: NodeId, asked: Split) -> bool:
-        """Make the children ``asked`` wrote ``node_id``'s active ones; whether there are any."""
+    async def _take(self, node_id: NodeId, asked: Split, written: list[int] | None = None) -> bool:
+        """Make the children ``asked`` wrote ``node_id``'s active ones; whether there are any.
+
+        ``written``: the children the decomposer said it wrote; ``None`` for a stopped
+        run's question: the node's children at the split's positions, not its old ones.
+        Taken, a second split's children replace the old ones in the stored tree; refused,
+        they leave it.
+        """
         key = str(node_id)
         self.state.asking.pop(key, None)
         tree = self.repository.get_plan_tree(self.records.shape.tree.id)
-        asked.children = [
-            kid.id for kid in tree.children(node_id) if kid.position >= asked.first_position
-        ]
-        before = self.state.splits.get(key)
-        self.state.splits[key] = asked
-        if asked.children and self._fine(tree):
-            self.records.decomposed(node_id, asked.children, asked.reason)
-            return True
-        if asked.redo:  # the node keeps the children it had (not new ones), and fails
-            old: list[int] = [
-                kid.id for kid in tree.children(node_id) if kid.position < asked.first_position
+        if written is None:
+            written = [
+                kid.id
+                for kid in tree.children(node_id)
+                if kid.position >= asked.first_position and kid.id not in asked.old
             ]
+        self._created(written)
+        before = self.state.splits.get(key)
+        asked.children = written
+        self.state.splits[key] = asked
+        if written and self._fine(pruned(tree, asked.old)):
+            asked.drop = list(asked.old)
+            self.records.decomposed(node_id, written, asked.reason)
+            self._drop(asked)
+            return True
+        self._created(written, keep=False)
+        if asked.redo:  # the node keeps the children it had (not new ones), and fails
             # on record as tried, so that a resumed run does not ask for it once more
-            self.state.splits[key] = Split(
+            asked = self.state.splits[key] = Split(
                 first_position=asked.first_position,
                 reason=before.reason if before is not None else "",
-                children=old,
+                children=asked.old,
                 redo=True,
             )
         else:  # tried: the leaf is not split again
             asked.children = []
+        asked.drop = written
         self.records.reshape(tree)
-        self.records.save()
+        await self.records.save_durably()  # refused before they leave the tree
+        self._drop(asked)
         return False
+
+    def _created(self, node_ids: list[int], *, keep: bool = True) -> None:
+        """The run wrote ``node_ids``, and keeps them as its nodes (or no longer does)."""
+        created = self.state.created
+        assert created is not None  # the run settles it when it opens its tree
+        if keep:
+            created.extend(node_ids)
+            self.state.added += len(node_ids)
+        else:
+            self.state.created = [kid for kid in created if kid not in set(node_ids)]
+
+    def _drop(self, split: Split) -> None:
+        """Delete the nodes ``split`` takes out of the stored tree."""
+        if split.drop:
+            self.repository.delete_nodes(self.records.shape.tree.id, split.drop)
+            split.drop = []
+
+    def _grown(self) -> Shape:
+        """The run's shape with the nodes an upfront growth cut off by a stop wrote.
+
+        Nodes below the run's nodes that are not the run's were written by it, before it
+        could note them (or, in that moment, by another run of the plan).
+        """
+        members = self.state.members() or set()
+        tree = self.repository.get_plan_tree(self.records.shape.tree.id)
+        found: list[int] = []
+        stack = list(tree.children(self.records.shape.root or None))
+        while stack:
+            kid = stack.pop()
+            if kid.id not in members:
+                found.append(kid.id)
+            stack.extend(tree.children(kid.id))
+        self._created(found)
+        return self.records.reshape(tree)
 
     def _fine(self, tree: PlanTree) -> bool:
         """Whether the run can work through ``tree`` with the state's splits."""
@@ -247,8 +312,7 @@ class Splitter:
 
     def _room(self) -> int:
         """How many more nodes the run may add."""
-        added = self.records.shape.added(set(self.state.known))
-        return self.options.max_nodes - added - self._held
+        return self.options.max_nodes - self.state.added - self._held
 
 
 def _stop_on(result: DecompositionResult) -> None:
@@ -275,9 +339,10 @@ def reject_waiting(state: TreeState, repository: TreeRepository) -> bool:
     if state.plan_id is None or not rejected:
         return False
     for key, split in rejected:
-        repository.delete_nodes(
-            PlanTreeId(state.plan_id), [NodeId(i) for i in split.children or ()]
-        )
+        kids = split.children or []
+        repository.delete_nodes(PlanTreeId(state.plan_id), kids)
+        if state.created is not None:
+            state.created = [kid for kid in state.created if kid not in set(kids)]
         split.children, split.waiting = [], False
         record = state.record(int(key))
         record.status, record.reason = "failed", stops.APPROVAL_REJECTED

@@ -3,8 +3,8 @@
 The plan tree keeps the seed's fields only; how its nodes went is the run's business. The
 state holds each node's status and result, the executor agent's turns of unfinished
 attempts, the splits the run made, the questions it put to the decomposer and has no answer
-to yet, and the nodes the tree had when the run began (so the nodes a run added are counted
-whatever happened between a split and its checkpoint).
+to yet, the nodes the tree had when the run began and the ones the run wrote: the run's
+nodes, whatever other runs of the plan add to it.
 """
 
 from __future__ import annotations
@@ -79,6 +79,12 @@ class Split:
     not: the node is not split again."""
     waiting: bool = False
     """Its children wait for a human's approval (``approve_decompositions``)."""
+    old: list[int] = field(default_factory=list)
+    """The node's active children when the split was asked (a second split's): none of
+    them is a child the split wrote."""
+    drop: list[int] = field(default_factory=list)
+    """Nodes the split takes out of the stored tree and has not yet: the children it wrote
+    that the run refused, or the old children its new ones replace."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -88,6 +94,8 @@ class Split:
             "children": self.children,
             "redo": self.redo,
             "waiting": self.waiting,
+            "old": self.old,
+            "drop": self.drop,
         }
 
 
@@ -101,6 +109,12 @@ class TreeState:
     """The run's root node; ``None``: every root of the plan."""
     known: list[int] = field(default_factory=list)
     """The nodes of the tree when the run began."""
+    created: list[int] | None = None
+    """The nodes the run's own splits and upfront growth wrote and it kept. With
+    ``known``, the run's nodes: whatever another run adds to the tree is not this run's.
+    ``None`` in a state stored before it was kept: every node is the run's."""
+    added: int = 0
+    """How many nodes the run wrote into the tree, kept or not (``max_nodes``)."""
     upfront: bool = False
     """The upfront decomposition is done."""
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
@@ -132,6 +146,12 @@ class TreeState:
         """The agent is done with ``step_id``."""
         self.agent_turns.pop(step_id, None)
 
+    def members(self) -> set[int] | None:
+        """The run's nodes (see ``created``); ``None``: every node of the tree."""
+        if self.created is None:
+            return None
+        return {*self.known, *self.created}
+
     def snapshot(self) -> Mapping[str, Any]:
         """What a checkpoint stores as the strategy state."""
         return {STATE_KEY: self.to_dict()}
@@ -142,6 +162,8 @@ class TreeState:
             "plan_id": self.plan_id,
             "root": self.root,
             "known": self.known,
+            "created": self.created,
+            "added": self.added,
             "upfront": self.upfront,
             "nodes": {key: record.to_dict() for key, record in self.nodes.items()},
             "splits": {key: split.to_dict() for key, split in self.splits.items()},
@@ -166,6 +188,8 @@ class TreeState:
                 plan_id=_ID.validate_python(raw.get("plan_id")),
                 root=_ID.validate_python(raw.get("root")),
                 known=_IDS.validate_python(raw.get("known") or []),
+                created=_SOME_IDS.validate_python(raw.get("created")),
+                added=_ID.validate_python(raw.get("added")) or 0,
                 upfront=bool(raw.get("upfront")),
                 nodes=_NODES.validate_python(raw.get("nodes") or {}),
                 splits=_SPLITS.validate_python(raw.get("splits") or {}),
@@ -183,6 +207,7 @@ class TreeState:
 _STATE: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 _ID: TypeAdapter[int | None] = TypeAdapter(int | None)
 _IDS: TypeAdapter[list[int]] = TypeAdapter(list[int])
+_SOME_IDS: TypeAdapter[list[int] | None] = TypeAdapter(list[int] | None)
 _NODES: TypeAdapter[dict[str, NodeRecord]] = TypeAdapter(dict[str, NodeRecord])
 _SPLITS: TypeAdapter[dict[str, Split]] = TypeAdapter(dict[str, Split])
 _TURNS: TypeAdapter[dict[str, list[dict[str, Any]]]] = TypeAdapter(dict[str, list[dict[str, Any]]])
