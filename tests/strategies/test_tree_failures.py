@@ -3,15 +3,25 @@
 A node that fails before running its subtree (a node it needs failed) ends that subtree
 too, so nothing elsewhere waits for it forever, also after a resume. A leaf tried again,
 or split after a failed attempt, is told what the failed attempt already did, so a call
-with side effects is not made twice.
+with side effects is not made twice. A split waits for one of the run's parallel slots,
+like a leaf's attempt.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
-from taskdecomp import TreeOptions, approve_sync, run_sync, tool
+from taskdecomp import (
+    ModelRequest,
+    ModelResponse,
+    ScriptedModel,
+    TreeOptions,
+    approve_sync,
+    run_sync,
+    tool,
+)
 from taskdecomp.budget import Budget
 from taskdecomp.events import Event, NodeFinished
 from taskdecomp.store import SqlStore
@@ -30,10 +40,12 @@ from tests.strategies.tree_support import (
     payload,
     pg_url,
     retry,
+    rolling,
     sqlite_url,
     store,
     stored_tree,
     target,
+    wants_split,
 )
 
 __all__ = ["pg_url", "sqlite_url", "store"]  # fixtures, used by name
@@ -350,3 +362,49 @@ def test_what_was_done_is_bounded() -> None:
     assert len(kept) == done.MAX_CALLS and kept[0]["args"] == {"n": 10}
     assert all(len(call["result"]) == done.MAX_CHARS for call in kept)
     assert kept[0]["result"].endswith("\u2026")
+
+
+# -- what runs at once ------------------------------------------------------------------------
+
+
+class _Overlap(ScriptedModel):
+    """A scripted model whose calls take a while, and that notes how many were at once."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.flight = self.peak = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.flight += 1
+        self.peak = max(self.peak, self.flight)
+        try:
+            await asyncio.sleep(0.05)
+            return await super().complete(request)
+        finally:
+            self.flight -= 1
+
+
+def test_a_split_takes_one_of_the_runs_parallel_slots(store: SqlStore) -> None:
+    """A asks to be split while B works: with one slot, the decomposer's question and B's
+    turns take turns."""
+    tree = stored_tree(store, "Two", {"Two": {"A": {}, "B": {}}})
+    scripted = _Overlap(
+        rules=[
+            (first_turn("A"), wants_split(), "execute"),
+            (target("A"), kids("A1", "A2"), "decompose"),
+            (first_turn("B"), call("lookup", key="b"), "execute"),
+            (r'"title": "(A1|A2|B)"', finish("done"), "execute"),
+            (rolling("A"), "a done", "rollup"),
+            (rolling("Two"), "both done", "rollup"),
+        ]
+    )
+    result = run_sync(
+        tools=Log().tools(),
+        model=scripted,
+        store=store,
+        plan=tree.id,
+        budget=Budget(max_parallel=1, max_seconds=60),
+    )
+    assert result.status == "ok", result.message
+    assert "decompose" in [request.phase for request in scripted.calls]
+    assert scripted.peak == 1

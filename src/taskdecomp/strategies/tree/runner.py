@@ -2,17 +2,18 @@
 
 Every node of the run's subtree runs once what it waits for has ended (see
 :mod:`taskdecomp.strategies.tree.shape`); independent nodes run at once, at most
-``max_parallel`` leaves or roll-ups at a time. A **leaf** is carried out by the executor
-agent (one model turn per action: a tool call through the gateway, ``finish``, or
-``decompose``), given the goal, its path, its instruction and the results of the nodes it
-needs. When its attempt fails, or it asks to be split, and the run decomposes as needed,
-the decomposer splits it one level (:mod:`taskdecomp.strategies.tree.splits`); its
-children are written into the stored tree and run, and it becomes an **inner** node: done
-when its children are, its result a roll-up of theirs (one model call; with one child,
-that child's result). A leaf that cannot be split is tried again (``node_retries``), then
-fails; a failed node fails its parent, which is split again once (``redecompose``) before
-it fails too. When the run's root fails, the run stops with ``node_failed:<node>``, naming
-the node whose own failure brought it down.
+``max_parallel`` leaf attempts, roll-ups or splits at a time. A **leaf** is carried out by
+the executor agent (one model turn per action: a tool call through the gateway,
+``finish``, or ``decompose``), given the goal, its path, its instruction and the results of
+the nodes it needs. When its attempt fails, or it asks to be split, and the run
+decomposes as needed, the decomposer splits it one level
+(:mod:`taskdecomp.strategies.tree.splits`); its children are written into the stored tree
+and run, and it becomes an **inner** node: done when its children are, its result a
+roll-up of theirs (one model call; with one child, that child's result). A leaf that
+cannot be split is tried again (``node_retries``), then fails; a failed node fails its
+parent, which is split again once (``redecompose``) before it fails too. When the run's
+root fails, the run stops with ``node_failed:<node>``, naming the node whose own failure
+brought it down.
 
 Each attempt at a leaf compares its tool calls only with its own for loop detection: two
 leaves, or two attempts at one, may make the same call.
@@ -76,7 +77,7 @@ class TreeRun:
         self.repository = repository
         self.records = Records(ctx, outcome, state)
         self.slots = asyncio.Semaphore(ctx.meter.budget.max_parallel)
-        self.splits = Splitter(ctx, options, self.records, repository)
+        self.splits = Splitter(ctx, options, self.records, repository, self.slots)
         self.ends: dict[NodeId, asyncio.Future[bool]] = {}
         self.pause: StopRun | None = None
 

@@ -21,6 +21,8 @@ and the end of the growth is on disk before anything runs.
 
 from __future__ import annotations
 
+import asyncio
+
 from taskdecomp import stops
 from taskdecomp.approvals import ApprovalRequest
 from taskdecomp.decomposition import DecompOptions, DecompositionResult
@@ -68,6 +70,7 @@ class Splitter:
         options: the run's tree options (mode, depth and node budgets, approvals).
         records: the run's records; a split changes its state and its shape.
         repository: where the plan tree is stored.
+        slots: the run's ``max_parallel`` slots (a question to the decomposer takes one).
     """
 
     def __init__(
@@ -76,8 +79,10 @@ class Splitter:
         options: TreeOptions,
         records: Records,
         repository: TreeRepository,
+        slots: asyncio.Semaphore,
     ) -> None:
         self.ctx, self.options, self.records, self.repository = ctx, options, records, repository
+        self.slots = slots
         self.decomposer = PlanDecomposer(repository, _RunModel(ctx))
         self._held = 0
         """Nodes the splits being asked may still write."""
@@ -107,6 +112,8 @@ class Splitter:
     async def split(self, node_id: NodeId, failure: str, *, redo: bool = False) -> bool:
         """Ask for ``node_id``'s children, one level, told ``failure``; whether it has some.
 
+        The question takes one of the run's ``max_parallel`` slots, like a leaf's attempt.
+
         Raises:
             StopRun: asking stopped the run (a budget, a model failure, the lease).
         """
@@ -128,7 +135,10 @@ class Splitter:
                 auto_on_create=False,
             )
             told = done.told(self.records.shape, node_id, failure)
-            result = await self.decomposer.decompose_node(tree.id, node_id, options, failure=told)
+            async with self.slots:  # held for the question alone, never while waiting
+                result = await self.decomposer.decompose_node(
+                    tree.id, node_id, options, failure=told
+                )
         finally:
             self._held -= room
         _stop_on(result)
