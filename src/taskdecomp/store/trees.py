@@ -62,6 +62,31 @@ class TreeRepository:
         with self.store.read() as conn:
             return _load(conn, plan_id)
 
+    def name_of(self, plan_id: PlanTreeId, node_id: NodeId | None = None) -> str:
+        """The plan's title, or the name of its node ``node_id``, without reading the tree.
+
+        Raises:
+            TreeNotFoundError: no plan has this id, or it has no such node.
+        """
+        with self.store.read() as conn:
+            if node_id is None:
+                query = select(plan_trees.c.title).where(plan_trees.c.id == plan_id)
+                row = _by_id(conn, query, plan_id)
+                what = f"title of plan {plan_id}"
+            else:
+                query = select(plan_nodes.c.name).where(
+                    plan_nodes.c.id == node_id, plan_nodes.c.plan_id == plan_id
+                )
+                row = _by_id(conn, query, node_id) if 0 <= plan_id <= _largest_id(conn) else None
+                what = f"name of plan node {node_id}"
+        if row is None:
+            if node_id is None:
+                raise TreeNotFoundError(
+                    f"no plan tree has id {plan_id!r}; `taskdecomp tree` lists them"
+                )
+            raise TreeNotFoundError(f"plan {plan_id} has no node {node_id}")
+        return decode_text(row[0], where=what)
+
     def create_task(self, plan_id: PlanTreeId, parent_id: NodeId | None, node: NewNode) -> PlanNode:
         """Append one node under ``parent_id`` (a root for ``None``)."""
         return self.write_children(plan_id, parent_id, [node])[0]

@@ -10,12 +10,16 @@ node a second split replaced keeps its step once it finished).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from typing import Any
 
+from taskdecomp.errors import TaskdecompError
 from taskdecomp.events import NodeDecomposed, NodeFinished, NodeStarted
 from taskdecomp.plan import Plan, Step, TaskId
 from taskdecomp.runtime import RunContext, StoredState
+from taskdecomp.stops import StopRun
 from taskdecomp.strategies.base import Outcome
 from taskdecomp.strategies.tree.shape import TOP, Shape
 from taskdecomp.strategies.tree.state import TreeState
@@ -35,6 +39,16 @@ class Records:
         self.ctx, self.outcome, self.state = ctx, outcome, state
         self.shape: Shape
         """The tree as the run sees it now (:meth:`reshape` after every change)."""
+        self._soon: asyncio.Handle | None = None
+        """The checkpoint of the nodes that just started, to be made (:meth:`started`)."""
+        self._failed: StopRun | TaskdecompError | None = None
+        """Why that checkpoint could not be made: raised by the next one."""
+        self._finished: dict[str, Step] = {}
+        """The finished steps of the history, by node (``node-<id>``, ``plan-<id>``)."""
+        self._seen = 0
+        """How much of the history :attr:`_finished` holds."""
+        self._steps: tuple[Shape | None, dict[NodeId, Step]] = (None, {})
+        """Each node's step, for one shape (see :meth:`_plan`)."""
 
     def reshape(self, tree: PlanTree) -> Shape:
         """See ``tree`` (as stored now) with the state's splits; return the new shape."""
@@ -58,7 +72,9 @@ class Records:
     def started(self, node: PlanNode, *, leaf: bool) -> None:
         """Say that ``node`` started: a leaf's attempt, or an inner node's children.
 
-        Saved, so that whoever reads the run from the store sees it running.
+        Saved once the nodes starting with it have started too (one checkpoint for a wave
+        of leaves, not one each), so that whoever reads the run from the store sees it
+        running.
         """
         self.ctx.events.emit(
             NodeStarted(
@@ -69,7 +85,17 @@ class Records:
                 leaf=leaf,
             )
         )
-        self.save()
+        if self._soon is None:  # one checkpoint for every node starting now
+            self._soon = asyncio.get_running_loop().call_soon(self._save_soon)
+
+    def settle(self) -> None:
+        """Make the checkpoint of the nodes that started last, if none was made since.
+
+        Before the run ends: whatever stopped it, the store shows what was running.
+        """
+        if self._soon is not None:
+            with contextlib.suppress(StopRun, TaskdecompError):  # the run's stop says more
+                self.save()
 
     def ok(self, node_id: NodeId, step: Step, result: Any, *, started: float) -> None:
         """``node_id`` ended with ``result``: a step of the run, checkpointed."""
@@ -160,10 +186,17 @@ class Records:
             await self.ctx.journal.durably(_nothing)  # every write before it is on disk too
 
     def _plan(self) -> Plan:
-        """The run's plan: a step per node that has a number, in number order."""
-        finished = {
-            entry.plan_step.id.partition(".")[0]: entry.plan_step for entry in self.ctx.history
-        }
+        """The run's plan: a step per node that has a number, in number order.
+
+        Made at every checkpoint, so from what earlier ones found: the finished steps are
+        read from the history once, and each node's step is made once per shape.
+        """
+        history = self.ctx.history
+        for entry in history[self._seen :]:
+            self._finished[entry.plan_step.id.partition(".")[0]] = entry.plan_step
+        self._seen = len(history)
+        if self._steps[0] is not self.shape:
+            self._steps = (self.shape, {})
         numbered = sorted(
             (record.step_no, int(key))
             for key, record in self.state.nodes.items()
@@ -171,16 +204,43 @@ class Records:
         )
         steps: list[Step] = []
         for _, node_id in numbered:
-            node = self.shape.node(NodeId(node_id))
-            if node_id == TOP:
-                steps.append(finished.get(TaskId(f"plan-{self.shape.tree.id}"), self.top_step()))
-            elif node is not None:
-                steps.append(finished.get(TaskId(f"node-{node_id}"), self.step(node, attempt=0)))
-            elif TaskId(f"node-{node_id}") in finished:  # replaced by a second split
-                steps.append(finished[TaskId(f"node-{node_id}")])
+            step = self._finished.get(self._key(NodeId(node_id))) or self._step_of(NodeId(node_id))
+            if step is not None:
+                steps.append(step)
         return Plan(steps=tuple(steps))
 
+    def _key(self, node_id: NodeId) -> str:
+        return f"plan-{self.shape.tree.id}" if node_id == TOP else f"node-{node_id}"
+
+    def _step_of(self, node_id: NodeId) -> Step | None:
+        """The node's step (``None`` for a node gone from the tree that never finished)."""
+        made = self._steps[1]
+        step = made.get(node_id)
+        if step is None:
+            node = self.shape.node(node_id)
+            if node_id == TOP:
+                step = self.top_step()
+            elif node is not None:
+                step = self.step(node, attempt=0)
+            else:
+                return None
+            made[node_id] = step
+        return step
+
+    def _save_soon(self) -> None:
+        self._soon = None
+        try:
+            self.save()
+        except (StopRun, TaskdecompError) as exc:  # not lost: the next checkpoint raises it
+            self._failed = exc
+
     def _stored(self) -> StoredState:
+        if self._soon is not None:  # this checkpoint has the nodes that started
+            self._soon.cancel()
+            self._soon = None
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
         plan = self.outcome.plan = self._plan()
         return plan, self.state.snapshot(), self.ctx.approvals.to_dict()
 

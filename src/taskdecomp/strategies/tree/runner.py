@@ -22,6 +22,7 @@ leaves, or two attempts at one, may make the same call.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 from collections.abc import Coroutine
 from typing import Any
@@ -61,6 +62,9 @@ NODE_FAILURES = frozenset(
 """Stops that fail an attempt at a leaf; every other stop ends the run (budgets, model or
 store failures, a pause for approval)."""
 
+_PROGRESS: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("tree_progress")
+"""The progress of the attempt the current task makes, as the executor agent sees it."""
+
 
 class TreeRun:
     """One run (or resumed segment) working through a plan tree."""
@@ -79,6 +83,7 @@ class TreeRun:
         self.slots = asyncio.Semaphore(ctx.meter.budget.max_parallel)
         self.splits = Splitter(ctx, options, self.records, repository, self.slots)
         self.ends: dict[NodeId, asyncio.Future[bool]] = {}
+        self.agents: dict[bool, ExecutorAgent] = {}
         self.pause: StopRun | None = None
 
     @property
@@ -92,6 +97,12 @@ class TreeRun:
         Raises:
             StopRun: ``invalid_tree:<rule>``, ``node_failed:<node>``, or any run stop.
         """
+        try:
+            await self._work_through()
+        finally:
+            self.records.settle()
+
+    async def _work_through(self) -> None:
         await self._open()
         if self.options.decompose == "upfront" and not self.state.upfront:
             await self.splits.grow()
@@ -130,8 +141,10 @@ class TreeRun:
             state.added = self.shape.added(known)
             self.records.reshape(tree)
         await self.splits.adopt()
-        if first:
-            await self.records.save_durably()
+        if first and (self.options.decompose != "none" or self.options.plan_id is None):
+            await self.records.save_durably()  # the tree it writes to, and its nodes there
+        elif first:
+            self.records.save()  # it writes nothing to the tree it was given
         check(self.shape)
 
     def _choose(self) -> None:
@@ -284,8 +297,9 @@ class TreeRun:
             started = self.ctx.clock()
             turns = self.state.turns(step.id)  # the agent's own list, kept when it fails
             scope = LOOP_SCOPE.set(step.id)
+            seen = _PROGRESS.set(self._progress(node))
             try:
-                result = await self._agent(node, splittable)(self.state.number(node.id), step)
+                result = await self._agent(splittable)(self.state.number(node.id), step)
             except DecompositionWanted as wanted:
                 reason, message = "decompose", wanted.reason
             except StopRun as stop:
@@ -297,17 +311,19 @@ class TreeRun:
                 return None
             finally:
                 LOOP_SCOPE.reset(scope)
+                _PROGRESS.reset(seen)
         self.state.finished(step.id)
         record.done = done.kept(record.done, turns)
         record.attempts += 1
         record.reason, record.message = reason, message or None
         return _failure_text(reason, message)
 
-    def _agent(self, node: PlanNode, splittable: bool) -> ExecutorAgent:
+    def _progress(self, node: PlanNode) -> dict[str, Any]:
+        """What the executor agent sees of the run, at each turn of an attempt at ``node``."""
         record = self.state.record(node.id)
         progress: dict[str, Any] = {
             "objective": self.ctx.goal,
-            "path": [step.name for step in self.shape.tree.path(node.id)],
+            "path": [step.name for step in self.shape.path(node.id)],
             "dependencies": [
                 {"id": dep, "name": self._name(dep), "result": self.state.record(dep).result}
                 for dep in self.shape.waits_for(node.id)
@@ -319,15 +335,25 @@ class TreeRun:
                 "message": record.message,
                 "done": record.done,
             }
-        return ExecutorAgent(
-            self.ctx,
-            progress=lambda: progress,
-            log=self.state,
-            max_turns=self.options.max_agent_turns,
-            prompts=None,
-            system=render("tree/executor"),
-            decompose=splittable,
-        )
+        return progress
+
+    def _agent(self, splittable: bool) -> ExecutorAgent:
+        """The run's executor agent (one that may answer ``decompose``, or one that may not).
+
+        Made once: each attempt gives it its node's progress through :data:`_PROGRESS`.
+        """
+        agent = self.agents.get(splittable)
+        if agent is None:
+            agent = self.agents[splittable] = ExecutorAgent(
+                self.ctx,
+                progress=_PROGRESS.get,
+                log=self.state,
+                max_turns=self.options.max_agent_turns,
+                prompts=None,
+                system=render("tree/executor"),
+                decompose=splittable,
+            )
+        return agent
 
     def _name(self, node_id: NodeId) -> str:
         node = self.shape.node(node_id)

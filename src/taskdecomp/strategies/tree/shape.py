@@ -96,6 +96,15 @@ class Shape:
             parent = self._parents.get(parent)
         return found
 
+    def path(self, node_id: NodeId) -> list[PlanNode]:
+        """The run's nodes from a root of the plan down to ``node_id``, inclusive."""
+        path: list[PlanNode] = []
+        node = self._nodes.get(node_id)
+        while node is not None:
+            path.append(node)
+            node = self._nodes.get(node.parent_id) if node.parent_id is not None else None
+        return path[::-1]
+
     def below(self, node_id: NodeId) -> list[NodeId]:
         """The node's active descendants, parents first."""
         found: list[NodeId] = []

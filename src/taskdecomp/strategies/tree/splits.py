@@ -155,18 +155,22 @@ class Splitter:
         split took out of the tree and a stop left there are deleted.
         """
         tree = self.records.shape.tree
+        changed = False
         for key, split in self.state.splits.items():
             there = {kid.id for kid in tree.children(NodeId(int(key)))}
             split.drop = [kid for kid in split.drop if kid in there]
+            changed = changed or bool(split.drop)
             self._drop(split)
         for key, asked in list(self.state.asking.items()):
+            changed = True
             node_id = NodeId(int(key))
             kids = self.repository.get_plan_tree(tree.id).children(node_id)
             if any(k.position >= asked.first_position and k.id not in asked.old for k in kids):
                 await self._take(node_id, asked)
             elif asked.redo:
                 del self.state.asking[key]
-        self.records.reshape(self.repository.get_plan_tree(tree.id))
+        if changed:
+            self.records.reshape(self.repository.get_plan_tree(tree.id))
 
     async def grow(self) -> None:
         """Grow every leaf of the run's subtree breadth-first, down to ``max_depth``.

@@ -43,17 +43,36 @@ class NodeRecord:
     """The tool calls its failed attempts made, with their results (``tool``, ``args``,
     ``result``; bounded, see :mod:`taskdecomp.strategies.tree.done`)."""
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        self.__dict__.pop("_json", None)  # changed: made again when next asked for
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {
-            "status": self.status,
-            "result": self.result,
-            "reason": self.reason,
-            "message": self.message,
-            "attempts": self.attempts,
-            "step_no": self.step_no,
-            "done": self.done,
-        }
+        """JSON form: the status, and each other field that is not at its default.
+
+        Every checkpoint stores every node's record; one made is kept until the record
+        changes (do not change what it returns).
+        """
+        made: dict[str, Any] | None = self.__dict__.get("_json")
+        if made is None:
+            made = {"status": self.status}
+            for name, default in _DEFAULTS:
+                value = getattr(self, name)
+                if value != default:
+                    made[name] = value
+            self.__dict__["_json"] = made
+        return made
+
+
+_DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("result", None),
+    ("reason", None),
+    ("message", None),
+    ("attempts", 0),
+    ("step_no", None),
+    ("done", []),
+)
+"""A record's fields other than its status, with their defaults (left out of its JSON)."""
 
 
 @dataclass(kw_only=True)
@@ -93,9 +112,10 @@ class Split:
             "reason": self.reason,
             "children": self.children,
             "redo": self.redo,
-            "waiting": self.waiting,
-            "old": self.old,
-            "drop": self.drop,
+        } | {  # left out at their defaults
+            name: value
+            for name, value in (("waiting", self.waiting), ("old", self.old), ("drop", self.drop))
+            if value
         }
 
 

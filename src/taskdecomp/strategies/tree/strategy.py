@@ -75,16 +75,14 @@ class Tree(DataclassOptions):
             raise ConfigError("a stored plan tree is read from a store: pass store=")
         from taskdecomp.store.trees import TreeRepository
 
+        trees, plan_id = TreeRepository(sql), PlanTreeId(options.plan_id)
         try:
-            tree = TreeRepository(sql).get_plan_tree(PlanTreeId(options.plan_id))
+            title = trees.name_of(plan_id)
+            if options.node_id is None:
+                return title
+            return trees.name_of(plan_id, NodeId(options.node_id))
         except TreeNotFoundError as exc:
             raise ConfigError(str(exc)) from None
-        if options.node_id is None:
-            return tree.title
-        node = tree.node(NodeId(options.node_id))
-        if node is None:
-            raise ConfigError(f"plan {tree.id} has no node {options.node_id}")
-        return node.name
 
 
 def _phases(setup: Setup, options: TreeOptions, stored: StoredRun | None) -> Phases:
