@@ -6,21 +6,22 @@ artifacts" (which the executor asks to split: "Compile code" with an idempotent 
 Run as needed, or split upfront ("Publish release" then becomes "Upload files" and
 "Announce release"), it ends with the root's roll-up, "Release shipped".
 
-A child process (``tree_crash/child.py``) runs it and kills itself at a chosen point: inside
-a leaf's tool call, right after a split was written, inside and right after a roll-up,
-inside, between the writes of and right after the upfront decomposition, at and before the
-unsafe call, while an approved split runs, inside and right after a second split of a task
-whose subtask failed, as a failed task fails its parent, and at event counts drawn from a
-seeded RNG. Another new process then resumes it (the library's ``resume_sync`` in the test
-process, which never ran the run, or ``taskdecomp resume`` on the command line). The tools
-write every call to a ledger and the model writes every call down by phase and node, so the
-test sees what the resume did again: what the store had finished at the kill is never run
-again, a split on record is never asked for again nor its node carried out as a leaf, the
-``unsafe`` call happens at most once, a split waits for approval and the node budget holds
-whatever the kill cut off, and the run ends ``ok`` with the root's roll-up as its answer
-(or, the unsafe call in doubt, stops for a human; or, a task failed for good, stops naming
-it). Runs checkpoint ``sync`` unless a test says ``async`` (the default, which queues
-checkpoints: a split must still be on record before the decomposer writes its children).
+A child process (``tree_crash/child.py``) runs it and kills itself at a chosen point:
+inside a leaf's tool call, right after a split was written, inside and right after a
+roll-up, inside, between the writes of and right after the upfront decomposition, at and
+before the unsafe call, while an approved split runs, inside and right after a second split
+of a task whose subtask failed (its children then replace the old ones in the stored tree),
+as a failed task fails its parent, and at event counts drawn from a seeded RNG. Another new
+process then resumes it (the library's ``resume_sync`` in the test process, which never ran
+the run, or ``taskdecomp resume`` on the command line). The tools write every call to a
+ledger and the model writes every call down by phase and node, so the test sees what the
+resume did again: what the store had finished at the kill is never run again, a split on
+record is never asked for again nor its node carried out as a leaf, the ``unsafe`` call
+happens at most once, a split waits for approval and the node budget holds whatever the
+kill cut off, and the run ends ``ok`` with the root's roll-up as its answer (or, the unsafe
+call in doubt, stops for a human; or, a task failed for good, stops naming it). Runs
+checkpoint ``sync`` unless a test says ``async`` (the default, which queues checkpoints: a
+split must still be on record before the decomposer writes its children).
 """
 
 from __future__ import annotations
@@ -575,6 +576,30 @@ def test_killed_inside_a_re_split_asks_the_decomposer_again_not_the_executor(
     }
     again = {c["key"] for c in new(at_kill.ledger, end.ledger)}
     assert again == {"compile2", "package2", "publish"}  # the failed node was not run again
+    view = {n["name"]: n["status"] for n in case.view()["nodes"]}
+    assert view == dict.fromkeys([ROOT, NOTES, BUILD, COMPILE2, PACKAGE2, PUBLISH], "ok")
+
+
+@pytest.mark.parametrize("durability", ["sync", "async"])
+def test_killed_right_after_a_re_split_was_written_its_children_replace_the_old(
+    cases: Cases, durability: str
+) -> None:
+    case = cases(durability)
+    at_kill = killed(case, f"write:{BUILD}:2", broken=True)  # written, not yet looked at
+    build = at_kill.node(BUILD)
+    assert build is not None
+    assert [kid.name for kid in at_kill.tree.children(build)] == [COMPILE, PACKAGE, *RESPLIT]
+    result = case.resume_here()
+    end = case.seen()
+    check_resumed(at_kill, end)
+    assert result["stop_reason"] == "success" and result["answer"] == ANSWER, result
+    assert asked(end)[("decompose", BUILD)] == 2  # the re-split on record: not asked again
+    assert [kid.name for kid in end.tree.children(build)] == list(RESPLIT)  # the old are gone
+    assert {c["key"] for c in new(at_kill.ledger, end.ledger)} == {
+        "compile2",
+        "package2",
+        "publish",
+    }
     view = {n["name"]: n["status"] for n in case.view()["nodes"]}
     assert view == dict.fromkeys([ROOT, NOTES, BUILD, COMPILE2, PACKAGE2, PUBLISH], "ok")
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from taskdecomp.errors import ConfigError, TreeNotFoundError
+from taskdecomp.errors import ConfigError, CorruptRecordError, TreeNotFoundError
 from taskdecomp.runtime import RunContext
 from taskdecomp.store.base import Store, StoredRun
 from taskdecomp.strategies.base import Outcome, Phases, ToolsArg
@@ -59,7 +59,10 @@ class Tree(DataclassOptions):
             return None  # a run kept in memory: its tree went with its process
         from taskdecomp.store.trees import TreeRepository
 
-        state = TreeState.from_stored(stored)
+        try:
+            state = TreeState.from_stored(stored)
+        except CorruptRecordError:
+            return None  # nothing to undo by: the rejection itself must not fail on it
         return state.snapshot() if reject_waiting(state, TreeRepository(sql)) else None
 
     def default_goal(self, store: Store | None, options: TreeOptions) -> str:

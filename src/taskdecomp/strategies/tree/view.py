@@ -2,7 +2,9 @@
 
 :func:`run_tree` is what ``taskdecomp show`` draws and what the service sends: the stored
 plan tree below the run's root, each node with the run's record of it (``pending`` when the
-run has not reached it). Nodes an earlier split made inactive are left out.
+run has not reached it). Only the run's own nodes are there (the ones the tree had when it
+began and the ones its splits wrote: not what another run added since), and nodes an
+earlier split made inactive are left out.
 """
 
 from __future__ import annotations
