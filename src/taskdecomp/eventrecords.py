@@ -119,15 +119,14 @@ def _node_event_data(event: NodeStarted | NodeFinished | NodeDecomposed) -> Mapp
     return {"node_id": event.node_id, "children": list(event.children), "reason": event.reason}
 
 
-def _cut(result: Any) -> Any:
-    """A node's result as a stored event keeps it: long text is cut (the run keeps it whole)."""
-    if isinstance(result, str) and len(result) > MAX_STORED_ERROR_CHARS:
-        return result[:MAX_STORED_ERROR_CHARS] + " [cut]"
-    return result
+def _cut(value: Any) -> Any:
+    """``value`` as a stored event keeps it: long text is cut (the run keeps it whole)."""
+    if isinstance(value, str) and len(value) > MAX_STORED_ERROR_CHARS:
+        return value[:MAX_STORED_ERROR_CHARS] + " [cut]"
+    return value
 
 
 def _short(data: dict[str, Any]) -> dict[str, Any]:
-    error = data.get("error")
-    if isinstance(error, str) and len(error) > MAX_STORED_ERROR_CHARS:
-        data["error"] = error[:MAX_STORED_ERROR_CHARS] + " [cut]"
+    if "error" in data:
+        data["error"] = _cut(data["error"])
     return data
