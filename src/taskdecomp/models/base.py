@@ -66,9 +66,12 @@ class ModelResponse:
     text: str
     tokens_in: int = 0
     tokens_out: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0
+    """What the call cost in USD; ``None`` when the model's price is unknown."""
     finish_reason: str | None = "stop"
     """``length`` means the answer was cut off."""
+    estimated: bool = False
+    """The token counts are estimated (the server sent no usage), not the server's."""
 
 
 @runtime_checkable

@@ -30,6 +30,13 @@ PRICES_PER_MTOK: Mapping[str, Mapping[str, tuple[float, float]]] = {
 _SNAPSHOT = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 
 
+def cost_usd(provider: str, model: str, tokens_in: int, tokens_out: int) -> float | None:
+    """What a call cost with ``provider``'s ``model``; ``None`` when its price is unknown."""
+    if _SNAPSHOT.sub("", model) not in PRICES_PER_MTOK.get(provider, {}):
+        return None
+    return price_usd(provider, model, tokens_in, tokens_out)
+
+
 def price_usd(provider: str, model: str, tokens_in: int, tokens_out: int) -> float:
     """What ``tokens_in`` + ``tokens_out`` cost with ``provider``'s ``model``; 0 if unknown."""
     prices = PRICES_PER_MTOK.get(provider, {}).get(_SNAPSHOT.sub("", model))

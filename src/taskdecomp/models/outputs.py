@@ -1,0 +1,120 @@
+"""How a provider asks for structured output, and how it reads an answer asked for in prose.
+
+Four modes, best first:
+
+- ``native``: a JSON schema the server enforces (OpenAI's ``json_schema`` response format,
+  Gemini's ``response_schema``).
+- ``tool``: one forced tool call whose arguments are the answer (Anthropic's ``tool_choice``,
+  OpenAI-compatible ``tool_choice``, Gemini's function calling).
+- ``json``: JSON mode (any JSON value), with the schema in the prompt.
+- ``prompt``: no response format at all: the schema is in the prompt, and the answer may sit
+  in one code fence or follow prose; :func:`extract_json` takes the first complete JSON value.
+
+A provider starts from the mode the user chose (``--output-mode``) or its own best, falls
+down :data:`MODES` when the server says a mode is unsupported (each mode tried at most once,
+ending at ``prompt``), and remembers the mode that worked for the rest of the process
+(:class:`ModeMemory`). Whatever the mode, the answer then passes the same policy boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Hashable, Sequence
+from typing import Any, Literal, get_args
+
+from taskdecomp.errors import ConfigError
+
+OutputMode = Literal["native", "tool", "json", "prompt"]
+"""A way of asking for structured output."""
+
+MODES: tuple[OutputMode, ...] = get_args(OutputMode)
+"""Every mode, best first: the order a provider falls back in."""
+
+ANSWER_TOOL = "answer"
+"""The name of the one tool a ``tool``-mode request forces."""
+
+
+def output_mode(value: str) -> OutputMode:
+    """``value`` as an output mode.
+
+    Raises:
+        ConfigError: it names none.
+    """
+    if value not in MODES:
+        raise ConfigError(f"unknown output mode {value!r}: pick one of {', '.join(MODES)}")
+    return value  # type: ignore[return-value]  # checked just above
+
+
+def fallbacks(first: OutputMode, supported: Sequence[OutputMode] = MODES) -> tuple[OutputMode, ...]:
+    """The modes to try, in order, starting at ``first``: the supported ones from there down.
+
+    ``prompt`` always ends the list, so a server with no JSON mode and no tools still works.
+    """
+    start = MODES.index(first)
+    chosen = [mode for mode in MODES[start:] if mode in supported]
+    if "prompt" not in chosen:
+        chosen.append("prompt")
+    return tuple(chosen)
+
+
+class ModeMemory:
+    """The mode each server last answered a schema request in, for this process.
+
+    Keyed by whatever names a server and model (provider, base URL, model). Safe to use
+    from any thread.
+    """
+
+    def __init__(self) -> None:
+        self._modes: dict[Hashable, OutputMode] = {}
+        self._lock = threading.Lock()
+
+    def first(self, key: Hashable, chosen: OutputMode) -> OutputMode:
+        """The mode to start from: ``chosen``, or a later one this server is known to need."""
+        with self._lock:
+            known = self._modes.get(key, chosen)
+        return max(known, chosen, key=MODES.index)
+
+    def remember(self, key: Hashable, mode: OutputMode) -> None:
+        """Say that ``mode`` worked for ``key``."""
+        with self._lock:
+            self._modes[key] = mode
+
+    def forget(self) -> None:
+        """Forget every server (tests)."""
+        with self._lock:
+            self._modes.clear()
+
+
+MEMORY = ModeMemory()
+"""The process's memory of working modes, shared by every provider."""
+
+
+def schema_instructions(schema: dict[str, Any]) -> str:
+    """What ``json`` and ``prompt`` modes add to the system prompt: the schema, stated."""
+    return (
+        "Answer with one JSON value only, no prose, matching this JSON schema:\n"
+        + json.dumps(schema, ensure_ascii=True, separators=(",", ":"))
+    )
+
+
+def extract_json(text: str) -> str:
+    """The first complete JSON value in ``text``, as written; ``text`` itself when none is.
+
+    The value may follow prose or sit in a code fence. The policy boundary then parses the
+    returned text strictly; an answer with no JSON value at all is refused there
+    (``invalid_plan:non_json``), with the text as the model wrote it.
+    """
+    decoder = json.JSONDecoder()
+    index = 0
+    while True:
+        starts = [at for at in (text.find("{", index), text.find("[", index)) if at >= 0]
+        if not starts:
+            return text
+        start = min(starts)
+        try:
+            _, end = decoder.raw_decode(text, start)
+        except ValueError:
+            index = start + 1
+            continue
+        return text[start:end]
