@@ -43,7 +43,7 @@ def output_mode(value: str) -> OutputMode:
     """
     if value not in MODES:
         raise ConfigError(f"unknown output mode {value!r}: pick one of {', '.join(MODES)}")
-    return value  # type: ignore[return-value]  # checked just above
+    return value
 
 
 def fallbacks(first: OutputMode, supported: Sequence[OutputMode] = MODES) -> tuple[OutputMode, ...]:
@@ -92,9 +92,8 @@ MEMORY = ModeMemory()
 
 def schema_instructions(schema: dict[str, Any]) -> str:
     """What ``json`` and ``prompt`` modes add to the system prompt: the schema, stated."""
-    return (
-        "Answer with one JSON value only, no prose, matching this JSON schema:\n"
-        + json.dumps(schema, ensure_ascii=True, separators=(",", ":"))
+    return "Answer with one JSON value only, no prose, matching this JSON schema:\n" + json.dumps(
+        schema, ensure_ascii=True, separators=(",", ":")
     )
 
 
