@@ -66,8 +66,8 @@ class Usage:
     """Prompt tokens."""
     tokens_out: int = 0
     """Completion tokens."""
-    cost_usd: float = 0.0
-    """Model spend in USD."""
+    cost_usd: float | None = 0.0
+    """Model spend in USD; ``None`` when a call's cost was unknown (its model's price)."""
     seconds: float = 0.0
     """Wall time of the run."""
 
@@ -84,10 +84,11 @@ class Meter:
     tool_calls: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0
+    """``None`` once a call's cost was unknown: never counted as $0."""
 
     def before_model_call(
-        self, phase: LlmPhase, *, estimated_tokens: int, estimated_cost_usd: float = 0.0
+        self, phase: LlmPhase, *, estimated_tokens: int, estimated_cost_usd: float | None = 0.0
     ) -> None:
         """Check the model budgets before a call; count the call.
 
@@ -104,20 +105,24 @@ class Meter:
                 llm_phase=phase,
                 message=f"about {estimated_tokens} more tokens would exceed {budget.max_tokens}",
             )
-        if budget.max_cost_usd is not None and (
-            self.cost_usd >= budget.max_cost_usd
-            or self.cost_usd + estimated_cost_usd > budget.max_cost_usd
-        ):
+        self._check_cost(phase, estimated_cost_usd)
+        self.llm_calls += 1
+
+    def _check_cost(self, phase: LlmPhase, estimated: float | None) -> None:
+        limit = self.budget.max_cost_usd
+        if limit is None:
+            return
+        if self.cost_usd is None or estimated is None:  # unknown is never taken for $0
+            raise StopRun(stops.MAX_COST, llm_phase=phase, message=_UNKNOWN_COST)
+        if self.cost_usd >= limit or self.cost_usd + estimated > limit:
             raise StopRun(
                 stops.MAX_COST,
                 llm_phase=phase,
-                message=f"about ${estimated_cost_usd:.6f} more would exceed "
-                f"${budget.max_cost_usd:g}",
+                message=f"about ${estimated:.6f} more would exceed ${limit:g}",
             )
-        self.llm_calls += 1
 
     def after_model_call(
-        self, phase: LlmPhase, *, tokens_in: int, tokens_out: int, cost_usd: float
+        self, phase: LlmPhase, *, tokens_in: int, tokens_out: int, cost_usd: float | None
     ) -> None:
         """Account a finished call.
 
@@ -126,11 +131,17 @@ class Meter:
         """
         self.tokens_in += tokens_in
         self.tokens_out += tokens_out
-        self.cost_usd += cost_usd
+        if self.cost_usd is not None and cost_usd is not None:
+            self.cost_usd += cost_usd
+        else:
+            self.cost_usd = None  # unknown from now on, never counted as $0
         budget = self.budget
         if budget.max_tokens is not None and self.tokens > budget.max_tokens:
             raise StopRun(stops.MAX_TOKENS, llm_phase=phase)
-        if budget.max_cost_usd is not None and self.cost_usd > budget.max_cost_usd:
+        limit = budget.max_cost_usd
+        if limit is not None and self.cost_usd is None:
+            raise StopRun(stops.MAX_COST, llm_phase=phase, message=_UNKNOWN_COST)
+        if limit is not None and self.cost_usd is not None and self.cost_usd > limit:
             raise StopRun(stops.MAX_COST, llm_phase=phase)
 
     def count_tool_call(self) -> None:
@@ -155,6 +166,12 @@ class Meter:
             tool_calls=self.tool_calls,
             tokens_in=self.tokens_in,
             tokens_out=self.tokens_out,
-            cost_usd=round(self.cost_usd, 8),
+            cost_usd=None if self.cost_usd is None else round(self.cost_usd, 8),
             seconds=round(seconds, 6),
         )
+
+
+_UNKNOWN_COST = (
+    "a model call's cost is unknown (its model has no known price), so the cost budget "
+    "cannot be kept; set a price with --price-in/--price-out or --prices FILE"
+)

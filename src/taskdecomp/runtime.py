@@ -173,7 +173,7 @@ class RunContext:
             phase,
             tokens_in=response.tokens_in,
             tokens_out=response.tokens_out,
-            cost_usd=response.cost_usd or 0.0,
+            cost_usd=response.cost_usd,
         )
         if not response.text.strip():
             raise StopRun(stops.LLM_EMPTY, llm_phase=phase)

@@ -106,10 +106,15 @@ def usage_line(result: RunResult) -> Text:
     usage = result.usage
     return literal(
         f"run {result.run_id} · {usage.llm_calls} model calls · {usage.tool_calls} tool "
-        f"calls · {usage.tokens_in}+{usage.tokens_out} tokens · ${usage.cost_usd:.4f} · "
+        f"calls · {usage.tokens_in}+{usage.tokens_out} tokens · {cost_text(usage.cost_usd)} · "
         f"{usage.seconds:.2f}s",
         "dim",
     )
+
+
+def cost_text(cost_usd: float | None) -> str:
+    """A run's spend as the CLI shows it: ``$0.0123``, or ``cost unknown``."""
+    return "cost unknown" if cost_usd is None else f"${cost_usd:.4f}"
 
 
 def show_stored(

@@ -12,7 +12,7 @@ from taskdecomp.durable import Durability
 from taskdecomp.engine.environment import Environment
 from taskdecomp.errors import ConfigError
 from taskdecomp.events import RunStarted, Subscriber
-from taskdecomp.models import Model, ScriptedModel, resolve_model
+from taskdecomp.models import Model, ScriptedModel, prices, resolve_model
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext, run_blocking
 from taskdecomp.store.base import Lease, Store, StoredRun
@@ -97,8 +97,9 @@ async def run(
             edge (:class:`~taskdecomp.environment.Environment`); a keyword above wins.
 
     Raises:
-        ConfigError: the goal is empty, the toolset or a model string cannot be loaded, or
-            the strategy is unknown (before the run starts).
+        ConfigError: the goal is empty, the toolset or a model string cannot be loaded,
+            the strategy is unknown, or ``budget.max_cost_usd`` is set and a model's price
+            is unknown (before the run starts).
         StoreError: the store cannot be written; the run is then left to :func:`resume`.
     """
     e = Environment.of(
@@ -123,6 +124,7 @@ async def run(
     if e.clock is not None:
         ctx.clock = e.clock
     combiner = resolve_model(combiner_model) if combiner_model is not None else None
+    prices.require_prices((ctx.model, combiner or ctx.model), budget.max_cost_usd)
     started = ctx.clock()
     if (store := e.store) is not None:
         new = runconfig.new_run(
@@ -346,6 +348,7 @@ async def continue_run(
         planner = resolve_model(model or runconfig.require(stored.model, "model", stored.run_id))
         combiner_spec = combiner_model or config.combiner_model
         combiner = resolve_model(combiner_spec) if combiner_spec is not None else None
+        prices.require_prices((planner, combiner or planner), budget.max_cost_usd)
         toolset: Toolset | None = None
         if phases is None:
             chosen = registry.strategy(config.strategy)

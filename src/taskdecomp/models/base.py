@@ -101,8 +101,11 @@ def streams(model: object) -> bool:
 class PricedModel(Protocol):
     """A model that can say what a call will cost before it is made."""
 
-    def estimate_cost(self, tokens_in: int) -> float:
-        """The USD cost of sending ``tokens_in`` prompt tokens (output not included)."""
+    def estimate_cost(self, tokens_in: int) -> float | None:
+        """The USD cost of sending ``tokens_in`` prompt tokens (output not included).
+
+        ``None`` when the model's price is unknown: a cost budget then cannot be kept.
+        """
         ...
 
 

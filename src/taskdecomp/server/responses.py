@@ -47,8 +47,8 @@ class Usage(_Out):
     """Prompt tokens."""
     tokens_out: int
     """Completion tokens."""
-    cost_usd: float
-    """Model spend in USD."""
+    cost_usd: float | None
+    """Model spend in USD; ``null`` when a model's price is unknown."""
     seconds: float
     """Wall time of the run."""
 
