@@ -8,9 +8,11 @@ URL, key variable, timeout, headers) when it connects to a server.
 
 Built in: ``scripted:PATH`` (:mod:`~taskdecomp.models.scripted`), ``openai[:MODEL]``
 (:mod:`~taskdecomp.models.openai`, any OpenAI-compatible server) and ``local[:PATH.gguf]``
-(:mod:`~taskdecomp.models.local`, the embedded model; needs the ``local`` extra). The SDKs
-are imported only when their provider is used, and the provider modules when their names
-are first used.
+(:mod:`~taskdecomp.models.local`, the embedded model; needs the ``local`` extra), and the
+named OpenAI-compatible hosts ``ollama:``, ``azure:``, ``openrouter:``, ``groq:`` and
+``together:`` (:mod:`~taskdecomp.models.hosts`, each with its own URL and key variable).
+The SDKs are imported only when their provider is used, and the provider modules when
+their names are first used.
 """
 
 from __future__ import annotations
@@ -96,6 +98,11 @@ PROVIDERS: Registry[Provider | ProviderFactory] = Registry(
         "scripted": "taskdecomp.models.providers:scripted",
         "openai": "taskdecomp.models.providers:openai",
         "local": "taskdecomp.models.providers:local",
+        "ollama": "taskdecomp.models.hosts:ollama",
+        "azure": "taskdecomp.models.hosts:azure",
+        "openrouter": "taskdecomp.models.hosts:openrouter",
+        "groq": "taskdecomp.models.hosts:groq",
+        "together": "taskdecomp.models.hosts:together",
     },
     missing=ModelNotFoundError,
 )
