@@ -33,6 +33,7 @@ from taskdecomp.cli._app import (
     open_run_store,
     read_goal,
 )
+from taskdecomp.cli.priceopts import price_options
 from taskdecomp.cli.strategies import OPTION_OPTION, strategy_option, strategy_options
 from taskdecomp.cli.treeruns import TreeFlags, tree_defaults, tree_options, tree_source
 from taskdecomp.durability import Durability
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its
     "--base-url",
     help="OpenAI-compatible server for openai: models.  [env: OPENAI_BASE_URL]",
 )
+@price_options
 @click.option("--allow", help="Comma-separated tools the plan may use (default: all).")
 @click.option("--max-plan-steps", type=click.IntRange(min=1), help="Most steps in a plan. [6]")
 @click.option("--max-execute-steps", type=click.IntRange(min=1), help="Most steps run. [8]")
@@ -362,6 +364,7 @@ def show_command(run_id: str, as_json: bool, db: str | None) -> int:
 @click.option("--model", help="Planner model (default: the run's).")
 @click.option("--combiner-model", help="Model for the combine call (default: the run's).")
 @click.option("--base-url", help="OpenAI-compatible server for openai: models.")
+@price_options
 @click.option("--allow", help="Comma-separated tools the plan may use (default: the run's).")
 @click.option(
     "--max-seconds",

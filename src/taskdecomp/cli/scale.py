@@ -22,6 +22,7 @@ from taskdecomp.cli._app import (
     open_run_store,
 )
 from taskdecomp.cli.display import console, literal
+from taskdecomp.cli.priceopts import price_options
 from taskdecomp.cli.strategies import OPTION_OPTION, STRATEGY_OPTION, strategy_options
 from taskdecomp.durability import Durability
 
@@ -63,6 +64,7 @@ QUEUE_OPTION = click.option(
 )
 @click.option("--executor-id", help="This worker's name in the queue (default: host-pid).")
 @BASE_URL_OPTION
+@price_options
 @DURABILITY_OPTION
 @DEBUG_OPTION
 @LOCAL_THREADS_OPTION

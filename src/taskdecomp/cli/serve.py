@@ -18,6 +18,7 @@ from taskdecomp.cli._app import (
     load_settings,
     needs_extra,
 )
+from taskdecomp.cli.priceopts import price_options
 from taskdecomp.errors import ConfigError
 from taskdecomp.settings import choose_model, load_decomp_settings, load_openai_settings
 
@@ -45,6 +46,7 @@ GRACE_SECONDS = 3
     "[default: as for run: TASKDECOMP_MODEL, openai, local]",
 )
 @BASE_URL_OPTION
+@price_options
 @click.option("--decomp-model", help="The decomposer's model.  [env: DECOMP_MODEL]")
 @click.option("--chat-model", help="The chat agent's model; without it POST /chat is off.")
 @click.option(

@@ -30,6 +30,7 @@ from taskdecomp.cli._app import (
     read_goal,
 )
 from taskdecomp.cli.display import Activity, Column, console, fitted_table, line, literal
+from taskdecomp.cli.priceopts import price_options
 from taskdecomp.decomposition import DecompositionResult
 from taskdecomp.settings import choose_model, load_decomp_settings, load_openai_settings
 from taskdecomp.store.trees import TreeRepository
@@ -57,6 +58,7 @@ from taskdecomp.tree import NodeId, PlanTree, PlanTreeId
 @click.option(
     "--base-url", help="OpenAI-compatible server for openai: models.  [env: OPENAI_BASE_URL]"
 )
+@price_options
 @click.option("--max-depth", type=click.IntRange(min=1), help="Deepest level in plan mode. [3]")
 @click.option("--max-children", type=click.IntRange(min=1), help="Most children per node. [6]")
 @click.option(

@@ -26,6 +26,7 @@ from taskdecomp.cli._app import (
     open_run_store,
 )
 from taskdecomp.cli.display import Column, console, fitted_table, line, literal
+from taskdecomp.cli.priceopts import price_options
 from taskdecomp.cli.runs import until_done
 from taskdecomp.durability import Durability
 from taskdecomp.errors import ConfigError
@@ -99,6 +100,7 @@ def validate_command(source: str, as_json: bool) -> int:
     "[env: TASKDECOMP_MODEL; else openai:$OPENAI_MODEL when OPENAI_API_KEY is set; else local]",
 )
 @click.option("--base-url", help="OpenAI-compatible server for openai: models.")
+@price_options
 @click.option("--tools", help="Your own tools besides the workspace and state tools (.py/module).")
 @click.option("--allow", help="Comma-separated tools the agents may call (default: all).")
 @click.option(
