@@ -113,8 +113,8 @@ def set_price(provider: str, model: str, price_in: float, price_out: float) -> N
     """
     if not provider or not model:
         raise ConfigError(
-            f"a price needs a provider and a model, got {provider!r}:{model!r}; "
-            "e.g. 'openai:gpt-4.1-mini', 'groq:*' or '*:*'"
+            f"a price names a 'provider:model' such as 'openai:gpt-4.1-mini', 'groq:*' or "
+            f"'*:*', not {f'{provider}:{model}'!r}"
         )
     price = Price(input_per_mtok=price_in, output_per_mtok=price_out)
     _SET[(provider.lower(), model.lower())] = price
@@ -145,27 +145,33 @@ def load_prices(path: str | Path) -> int:
             f"the prices file {str(path)!r} must map 'provider:model' to prices, "
             f"not be a {type(data).__name__}"
         )
-    entries = [(key, _entry(path, key, value)) for key, value in data.items()]
-    for key, (price_in, price_out) in entries:
-        provider, _, model = key.partition(":")
-        set_price(provider, model, price_in, price_out)
+    entries = {key: _entry(path, key, value) for key, value in data.items()}
+    for key, price in entries.items():  # all checked first: a bad file sets nothing
+        provider, _, model = key.lower().partition(":")
+        _SET[(provider, model)] = price
     return len(entries)
 
 
-def _entry(path: Path, key: str, value: Any) -> tuple[float, float]:
-    if ":" not in key:
+def _entry(path: Path, key: str, value: Any) -> Price:
+    provider, _, model = key.partition(":")
+    if not provider or not model:
         raise ConfigError(
             f"the prices file {str(path)!r} names {key!r}; name a 'provider:model' "
             "such as 'openai:gpt-4.1-mini' (or 'groq:*', '*:*')"
         )
     if isinstance(value, dict) and set(value) == {"input", "output"}:
-        return value["input"], value["output"]
-    if isinstance(value, list) and len(value) == 2:
-        return value[0], value[1]
-    raise ConfigError(
-        f"the prices file {str(path)!r} gives {key!r} {value!r}; give "
-        '{"input": USD, "output": USD} per million tokens, or [input, output]'
-    )
+        given = value["input"], value["output"]
+    elif isinstance(value, list) and len(value) == 2:
+        given = value[0], value[1]
+    else:
+        raise ConfigError(
+            f"the prices file {str(path)!r} gives {key!r} {value!r}; give "
+            '{"input": USD, "output": USD} per million tokens, or [input, output]'
+        )
+    try:
+        return Price(input_per_mtok=given[0], output_per_mtok=given[1])
+    except ConfigError as exc:
+        raise ConfigError(f"the prices file {str(path)!r}, {key!r}: {exc}") from None
 
 
 def cost_usd(provider: str, model: str, tokens_in: int, tokens_out: int) -> float | None:
@@ -203,9 +209,11 @@ def _given(provider: str, model: str) -> Price | None:
 @cache
 def table_installed() -> bool:
     """Whether the maintained table (the ``genai-prices`` package) is installed."""
-    import importlib.util
-
-    return importlib.util.find_spec("genai_prices") is not None
+    try:
+        import genai_prices  # noqa: F401  # imported here once: its table takes ~0.1 s
+    except ImportError:
+        return False
+    return True
 
 
 def _table_cost(provider: str, model: str, tokens_in: int, tokens_out: int) -> float | None:
