@@ -171,7 +171,7 @@ def test_ollama_on_this_machine_is_free_and_elsewhere_unknown(fake_openai: FakeO
 
     remote = hosted("ollama:llama3.2", "http://ollama.example.com:11434/v1")
     assert remote.estimate_cost(1000) is None
-    with pytest.raises(ConfigError, match="'ollama:llama3.2' has none known"):
+    with pytest.raises(ConfigError, match=r"'ollama:llama3\.2' has none known"):
         run_sync(SEED_GOAL, tools=SALES_TOOLS, model=remote, budget=Budget(max_cost_usd=1))
 
 
