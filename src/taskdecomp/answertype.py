@@ -24,9 +24,6 @@ from pydantic import BaseModel, ValidationError
 
 from taskdecomp.errors import ConfigError
 
-OutputType = type[BaseModel] | Mapping[str, Any]
-"""What ``output_type=`` accepts: a pydantic model class or a JSON schema."""
-
 
 class AnswerMismatch(ValueError):
     """A parsed answer does not match the answer type; the message says where and why."""
@@ -54,7 +51,11 @@ class AnswerType:
         return output
 
 
-def answer_type(output_type: OutputType | AnswerType) -> AnswerType:
+OutputType = type[BaseModel] | Mapping[str, Any] | AnswerType
+"""What ``output_type=`` accepts: a pydantic model class, a JSON schema, or one made ready."""
+
+
+def answer_type(output_type: OutputType) -> AnswerType:
     """``output_type`` as an :class:`AnswerType`.
 
     Raises:
