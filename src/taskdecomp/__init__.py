@@ -54,6 +54,7 @@ if typing.TYPE_CHECKING:
     )
     from taskdecomp.events import (
         AgentTurn,
+        AnswerDelta,
         ApprovalDecided,
         ApprovalRequested,
         Event,
@@ -110,6 +111,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ),
     "taskdecomp.events": (
         "AgentTurn",
+        "AnswerDelta",
         "ApprovalDecided",
         "ApprovalRequested",
         "Event",
@@ -156,6 +158,7 @@ _LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = [
     "AgentTurn",
+    "AnswerDelta",
     "ApprovalDecided",
     "ApprovalRequested",
     "Budget",

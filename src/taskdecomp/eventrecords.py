@@ -12,6 +12,7 @@ from typing import Any, assert_never
 
 from taskdecomp.events import (
     AgentTurn,
+    AnswerDelta,
     ApprovalDecided,
     ApprovalRequested,
     Event,
@@ -47,6 +48,8 @@ def event_data(event: Event) -> Mapping[str, Any]:
             "tokens_out": event.tokens_out,
             "seconds": round(event.seconds, 6),
         }
+    if isinstance(event, AnswerDelta):
+        return {"text": event.text, "attempt": event.attempt}
     if isinstance(event, PlanCreated):
         return {"steps": len(event.plan.steps)}
     if isinstance(event, StepStarted):

@@ -62,6 +62,21 @@ class ModelCalled:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class AnswerDelta:
+    """A piece of the answer, as a streaming model writes it in the combine call.
+
+    The pieces of one ``attempt`` concatenate to that attempt's answer text; a repaired
+    answer starts again at ``attempt`` 2, whose pieces replace the first attempt's.
+    Stored with the run (the service's event stream carries them).
+    """
+
+    run_id: RunId
+    text: str
+    attempt: int = 1
+    """From 1; a new attempt replaces the text of the one before."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PlanCreated:
     """The plan passed the policy boundary."""
 
@@ -193,6 +208,7 @@ Event = (
     RunStarted
     | ModelProgress
     | ModelCalled
+    | AnswerDelta
     | PlanCreated
     | StepStarted
     | StepFinished

@@ -89,7 +89,10 @@ class RunResult:
     status: RunStatus
     stop_reason: StopReason
     answer: str | None = None
-    """The combined answer, on success."""
+    """The combined answer, on success (with an answer type: its JSON text)."""
+    output: Any = None
+    """The typed answer, on success of a run with an answer type (``output_type=``): an
+    instance of the pydantic model class given, else the JSON value. ``None`` without one."""
     plan: Plan | None = None
     """The validated plan, when planning got that far."""
     raw_plan: Any = None
@@ -110,12 +113,13 @@ class RunResult:
         return self.status == "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        """The seed's result JSON plus ``run_id``, ``usage`` and ``message``."""
+        """The seed's result JSON plus ``run_id``, ``usage``, ``message`` and ``output``."""
         return {
             "run_id": self.run_id,
             "status": self.status,
             "stop_reason": self.stop_reason,
             "answer": self.answer,
+            "output": json_output(self.output),
             "plan": self.plan.to_list() if self.plan is not None else None,
             "raw_plan": self.raw_plan,
             "llm_phase": self.llm_phase,
@@ -125,3 +129,9 @@ class RunResult:
             "usage": asdict(self.usage),
             "approval": self.approval,
         }
+
+
+def json_output(output: Any) -> Any:
+    """A typed answer as JSON: a pydantic instance dumped, a JSON value as it is."""
+    dump = getattr(output, "model_dump", None)
+    return dump(mode="json") if callable(dump) else output

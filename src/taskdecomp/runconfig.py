@@ -1,8 +1,9 @@
 """The settings stored with a run, so that a resume (in any process) can rebuild it.
 
 A run's row keeps its goal, its planner's model string and its toolset's source, and a
-JSON ``config``: the budget, the allowed tools, the combiner's model, the strategy, and the
-strategy's options under the strategy's name.
+JSON ``config``: the budget, the allowed tools, the combiner's model, the strategy, the
+strategy's options under the strategy's name, and the answer's JSON schema (``answer_schema``)
+when the run has an answer type.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class StoredConfig:
     """The strategy the run uses."""
     options: Mapping[str, Any] | None = None
     """The strategy's options in their JSON form (stored under the strategy's name)."""
+    answer_schema: dict[str, Any] | None = None
+    """The JSON schema of the run's answer type, when it has one."""
 
 
 class _ConfigModel(BaseModel):
@@ -42,6 +45,7 @@ class _ConfigModel(BaseModel):
     allow: list[str]
     combiner_model: str | None = None
     strategy: str = "plan_execute"
+    answer_schema: dict[str, Any] | None = None
 
 
 def new_run(
@@ -55,10 +59,12 @@ def new_run(
     budget: Budget,
     strategy: str = "plan_execute",
     options: Mapping[str, Any] | None = None,
+    answer_schema: Mapping[str, Any] | None = None,
 ) -> NewRun:
     """What to store when a run starts: enough for a resume to rebuild it.
 
-    ``options`` (the strategy's, in their JSON form) are stored under the strategy's name.
+    ``options`` (the strategy's, in their JSON form) are stored under the strategy's name;
+    ``answer_schema``, the JSON schema of the run's answer type, only when given.
     The values of secret variables in the goal and the options are stored as
     ``[redacted]`` (:mod:`taskdecomp.redact`).
     """
@@ -68,6 +74,8 @@ def new_run(
         "combiner_model": model_name(combiner_model),
         "strategy": strategy,
     }
+    if answer_schema is not None:
+        config["answer_schema"] = dict(answer_schema)
     if options is not None:
         if strategy in config:
             raise ConfigError(f"a strategy may not be called {strategy!r}: the run stores that")
@@ -124,6 +132,7 @@ def stored_config(stored: StoredRun) -> StoredConfig:
         combiner_model=raw.combiner_model,
         strategy=raw.strategy,
         options=options,
+        answer_schema=raw.answer_schema,
     )
 
 

@@ -152,6 +152,12 @@ CODES: tuple[StopCode, ...] = (
         meaning="Replan: an executor agent's action failed the policy boundary.",
     ),
     StopCode(
+        family="invalid_answer",
+        detail="<rule>",
+        meaning="The answer does not match the run's answer type (`output_type`, "
+        "`--answer-schema`); see `message`.",
+    ),
+    StopCode(
         family="bad_ref",
         detail="<step>",
         meaning="A step's `$ref` argument names a step it does not depend on, or does not "

@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Literal
 
 from rich.cells import cell_len, chop_cells
-from rich.console import Console, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.spinner import Spinner
 from rich.table import Table
@@ -30,6 +30,7 @@ from rich.text import Text
 
 from taskdecomp.events import (
     AgentTurn,
+    AnswerDelta,
     ApprovalRequested,
     Event,
     ModelCalled,
@@ -295,7 +296,9 @@ class Activity:
     """What a run is doing, on ``console`` (stderr).
 
     A line per event worth attention, and on a terminal a live status line (a spinner, the
-    model and phase, seconds, tokens so far).
+    model and phase, seconds, tokens so far) under the answer as the combine call streams
+    it (``AnswerDelta``); the result's answer is printed once at the end, as without a
+    terminal.
 
     Use it as a context manager around the run and as its event subscriber.
     """
@@ -312,6 +315,9 @@ class Activity:
         """The leaves of a tree run at work, since when."""
         self._note: Text | None = None
         self._spinner = Spinner("dots", style="cyan")
+        self._answer: list[str] = []
+        """The answer so far, as the combine call streams it (shown live on a terminal)."""
+        self._attempt = 1
 
     @property
     def on_terminal(self) -> bool:
@@ -346,6 +352,10 @@ class Activity:
         """Show ``event``."""
         if isinstance(event, ModelProgress):
             self._model_progress(event)
+        elif isinstance(event, AnswerDelta):
+            if event.attempt != self._attempt:  # a repaired answer replaces the one before
+                self._answer, self._attempt = [], event.attempt
+            self._answer.append(event.text)
         elif isinstance(event, ModelCalled):
             self._call = None
             mark = ("ok", "green") if event.ok else ("failed", "red")
@@ -433,7 +443,15 @@ class Activity:
         status = self.status(time.monotonic())
         status.no_wrap, status.overflow = True, "ellipsis"  # one line, whatever the width
         self._spinner.update(text=status)
-        return self._spinner
+        if not self._answer:
+            return self._spinner
+        return Group(self.answer_so_far(), self._spinner)
+
+    def answer_so_far(self) -> Text:
+        """The streamed answer's last lines that fit above the status line."""
+        room = max(1, self._console.height - 2)
+        lines = "".join(self._answer).splitlines()[-room:]
+        return literal("\n".join(lines))
 
     def status(self, now: float) -> Text:
         """The status line at ``now``, with the seconds it has taken.

@@ -39,6 +39,7 @@ from taskdecomp.cli.treeruns import TreeFlags, tree_defaults, tree_options, tree
 from taskdecomp.durability import Durability
 
 if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its usage error
+    from taskdecomp.answertype import AnswerType
     from taskdecomp.events import Event, Subscriber
     from taskdecomp.models import Model
     from taskdecomp.run import RunResult
@@ -104,6 +105,12 @@ if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its
     help="Start read-only steps while the planner still writes the plan.  "
     "[env: TASKDECOMP_STREAM_PLAN; default: on when the model streams]",
 )
+@click.option(
+    "--answer-schema",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A JSON schema file the answer must match; --json prints the typed answer as "
+    "output (needs the answers extra).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @DB_OPTION
 @DURABILITY_OPTION
@@ -123,6 +130,7 @@ def run_command(
     max_agent_turns: int | None,
     approve_plan: bool,
     prompts: Path | None,
+    answer_schema: Path | None,
     as_json: bool,
     db: str | None,
     durability: Durability | None,
@@ -144,6 +152,7 @@ def run_command(
     named = source is not ParameterSource.DEFAULT
     strategy = tree_source(goal, goal_file, tree, strategy, named=named)
     text = read_goal(goal, goal_file, required=tree.plan_id is None)
+    output_type = read_answer_schema(answer_schema) if answer_schema is not None else None
     if prompts is not None:
         from taskdecomp.prompts import check_directory
         from taskdecomp.strategies.replan import PROMPT_NAMES
@@ -193,11 +202,40 @@ def run_command(
                 options=options,
                 env=env,
                 stream_plan=settings.stream_plan if stream_plan is None else stream_plan,
+                output_type=output_type,
             ),
             as_json=as_json,
             db=db,
             show=result_view(store) if strategy == "tree" else None,
         )
+
+
+def read_answer_schema(path: Path) -> AnswerType:
+    """The answer type of ``--answer-schema PATH``: a JSON schema object in a file.
+
+    Raises:
+        ConfigError: the file cannot be read, is not JSON, or holds no JSON object (exit 2).
+    """
+    import json
+
+    from taskdecomp.answertype import answer_type
+    from taskdecomp.errors import ConfigError
+
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(
+            f"--answer-schema {str(path)!r} cannot be read ({exc.strerror or exc}); "
+            "give a JSON schema file"
+        ) from None
+    except ValueError as exc:
+        raise ConfigError(f"--answer-schema {str(path)!r} is not JSON: {exc}") from None
+    if not isinstance(schema, dict):
+        raise ConfigError(
+            f"--answer-schema {str(path)!r} holds a JSON {type(schema).__name__}, not a "
+            'schema object such as {"type": "object", "properties": {...}}'
+        )
+    return answer_type(schema)
 
 
 def result_view(store: SqlStore) -> Callable[[RunResult], None]:

@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from taskdecomp import durable, owners, runconfig
+from taskdecomp import answers, durable, owners, runconfig
+from taskdecomp.answertype import AnswerType, OutputType, answer_type
 from taskdecomp.budget import Budget
 from taskdecomp.durable import Durability
 from taskdecomp.engine.environment import Environment
@@ -56,6 +57,7 @@ async def run(
     durability: Durability | None = None,
     stream_plan: bool | None = None,
     env: Environment | None = None,
+    output_type: OutputType | None = None,
 ) -> RunResult:
     """Run ``goal`` with ``strategy``; always returns a result, never raises for a run failure.
 
@@ -95,11 +97,16 @@ async def run(
             ``local``, a scripted model with ``stream_ms``). ``plan_execute`` only.
         env: the store, lease, durability, clock and subscribers, built once at the
             edge (:class:`~taskdecomp.environment.Environment`); a keyword above wins.
+        output_type: the type the answer must have: a pydantic model class (the result's
+            ``output`` is an instance of it) or a JSON schema (``output`` is the JSON
+            value; needs the ``answers`` extra). The combine call runs under its schema;
+            ``answer`` is then the answer's JSON text.
 
     Raises:
         ConfigError: the goal is empty, the toolset or a model string cannot be loaded,
-            the strategy is unknown, or ``budget.max_cost_usd`` is set and a model's price
-            is unknown (before the run starts).
+            the strategy is unknown, ``output_type`` is not a type an answer can have, or
+            ``budget.max_cost_usd`` is set and a model's price is unknown (before the run
+            starts).
         StoreError: the store cannot be written; the run is then left to :func:`resume`.
     """
     e = Environment.of(
@@ -115,6 +122,7 @@ async def run(
     if not goal.strip() and (default_goal := getattr(chosen, "default_goal", None)):
         goal = default_goal(e.store, settings)
     _check_goal(goal)
+    typed = answer_type(output_type) if output_type is not None else None
     toolset = as_toolset(tools)
     budget = budget or Budget()
     ctx = build_context(
@@ -137,15 +145,25 @@ async def run(
             budget=budget,
             strategy=chosen.name,
             options=chosen.encode(settings),
+            answer_schema=typed.schema if typed is not None else None,
         )
         ttl = durable.lease_seconds(e.lease_seconds)
         with store.batch(durable=e.durability == "sync"):  # async: the first barrier syncs it
             lease = store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
         attach_journal(ctx, store, lease, segment=1, started=started, durability=e.durability)
-    setup = Setup(budget=budget, combiner=combiner, stream_plan=stream_plan, store=e.store)
-    phases = chosen.start(setup, settings)
+    setup = Setup(
+        budget=budget, combiner=combiner, stream_plan=stream_plan, store=e.store, answer=typed
+    )
+    phases = _answering(chosen, setup, chosen.start(setup, settings))
     async with durable.leased(ctx.journal):
         return await execute(ctx, Outcome(), budget, phases, started=started)
+
+
+def _answering(chosen: Strategy, setup: Setup, phases: Phases) -> Phases:
+    """``phases``, typing their answer at the end unless the strategy types its own."""
+    if setup.answer is None or getattr(chosen, "types_answer", False):
+        return phases
+    return answers.typed(phases, setup.answer, setup.combiner)
 
 
 def _with_tree(
@@ -210,6 +228,7 @@ async def resume(
     lease_seconds: float | None = None,
     durability: Durability | None = None,
     env: Environment | None = None,
+    output_type: OutputType | None = None,
 ) -> RunResult:
     """Continue a stored run that crashed, was killed, or stopped on ``max_seconds``.
 
@@ -248,6 +267,9 @@ async def resume(
         durability: how the resumed segment's checkpoints reach the disk (see :func:`run`).
         env: the store, lease, durability, clock and subscribers, built once at the
             edge (:class:`~taskdecomp.environment.Environment`); a keyword above wins.
+        output_type: the pydantic model class the run's ``output`` is an instance of;
+            default: the answer schema stored with the run (``output`` is then its JSON
+            value).
 
     Raises:
         RunNotFoundError: no run has this id.
@@ -274,6 +296,7 @@ async def resume(
         combiner_model=combiner_model,
         on_event=on_event,
         env=e,
+        output_type=output_type,
     )
 
 
@@ -314,6 +337,7 @@ async def continue_run(
     lease: Lease | None = None,
     phases: Phases | None = None,
     env: Environment | None = None,
+    output_type: OutputType | None = None,
 ) -> RunResult:
     """Take run ``run_id``'s lease and continue it in a new segment.
 
@@ -322,7 +346,8 @@ async def continue_run(
     was first read); ``before`` runs once the context is restored, before the run goes on
     (an approval records itself there). ``lease``, when the caller has taken the run's
     lease already (a queue worker), is used instead of taking it; ``phases`` replace the
-    strategy's (a run a worker only ends).
+    strategy's (a run a worker only ends). ``output_type`` types the answer; default: the
+    answer schema stored with the run.
 
     Raises:
         RunLeasedError: another process owns the run.
@@ -353,8 +378,10 @@ async def continue_run(
         if phases is None:
             chosen = registry.strategy(config.strategy)
             settings = chosen.options(config.options)
-            setup = Setup(budget=budget, combiner=combiner, store=store)
+            typed = _stored_type(output_type, config.answer_schema)
+            setup = Setup(budget=budget, combiner=combiner, store=store, answer=typed)
             toolset, phases = chosen.resume(setup, settings, stored, tools)
+            phases = _answering(chosen, setup, phases)
         if toolset is None:
             toolset = as_toolset(
                 tools
@@ -390,6 +417,13 @@ async def continue_run(
             outcome.stop(durable.interrupted(stored, step_id))
             return finish(ctx, outcome, started)
         return await execute(ctx, outcome, budget, phases, started=started)
+
+
+def _stored_type(given: OutputType | None, stored: dict[str, Any] | None) -> AnswerType | None:
+    """The answer type of a continued run: the one given, else the stored schema's."""
+    if given is not None:
+        return answer_type(given)
+    return answer_type(stored) if stored is not None else None
 
 
 def _carry_on_scripts(stored: StoredRun, planner: Model) -> None:

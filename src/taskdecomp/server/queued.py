@@ -51,6 +51,7 @@ def new_run(
     budget: Budget,
     strategy: str,
     options: Any,
+    answer_schema: dict[str, Any] | None = None,
 ) -> NewRun:
     """What to store of a run that waits for a slot: what :func:`taskdecomp.run` stores."""
     chosen = registry.strategy(strategy)
@@ -65,6 +66,7 @@ def new_run(
         budget=budget,
         strategy=chosen.name,
         options=chosen.encode(settings),
+        answer_schema=answer_schema,
     )
 
 

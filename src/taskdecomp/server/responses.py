@@ -215,6 +215,8 @@ class RunView(_Out):
     stop_reason: str | None
     """Why the run ended (``success``, ``max_seconds``, ...); ``null`` while it runs."""
     answer: str | None
+    output: Json = None
+    """The typed answer, for a run posted with an ``answer_schema``."""
     plan: list[Step] | None
     raw_plan: Json
     """What the model returned, when its plan was invalid."""

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from taskdecomp import stops
+from taskdecomp.answertype import answer_type
 from taskdecomp.budget import Budget
 from taskdecomp.engine import Environment, approve, reject, resume
 from taskdecomp.errors import ConfigError, CorruptRecordError, StoreError
@@ -167,6 +168,7 @@ class RunService:
         allow = self._allow(toolset, body.toolset, body.allow)
         budget = self._budget(body.budget)
         options = _options(body)
+        _answer_schema(body, queued=self.config.executor == "queue")
         if self.config.executor == "queue":
             return await self.show(await self._submit(body, model, allow, budget, options))
         if body.idempotency_key is not None:
@@ -184,6 +186,7 @@ class RunService:
             budget=budget,
             strategy=body.strategy,
             options=options,
+            answer_schema=body.answer_schema,
         )
         self._makes(model)
         waiting = Waiting(run_id=new.run_id, toolset=toolset, model=model)
@@ -740,6 +743,23 @@ def _summary(summary: RunSummary, status: str) -> dict[str, Any]:
         "finished_at": summary.finished_at,
         "seconds": summary.seconds,
     }
+
+
+def _answer_schema(body: RunIn, *, queued: bool) -> None:
+    """Refuse an ``answer_schema`` an answer cannot be checked against.
+
+    Raises:
+        Problem: 422 for a schema that is not a valid JSON schema (or cannot be checked
+            here), or one given to a server that queues its runs.
+    """
+    if body.answer_schema is None:
+        return
+    if queued:
+        raise Problem(422, "answer_schema is not taken by queued runs (serve --executor queue)")
+    try:
+        answer_type(body.answer_schema)
+    except ConfigError as exc:
+        raise Problem(422, f"answer_schema: {exc}") from None
 
 
 def _options(body: RunIn) -> Any:

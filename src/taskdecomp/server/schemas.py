@@ -76,6 +76,11 @@ class RunIn(_Body):
         default=None, description="The strategy's options, in their JSON form."
     )
     replan: ReplanIn | None = Field(default=None, description="The replan strategy's options.")
+    answer_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="A JSON schema the answer must match; the run's output is then the "
+        "typed answer (GET /runs/{id} returns it as output).",
+    )
     idempotency_key: str | None = Field(
         default=None,
         min_length=1,

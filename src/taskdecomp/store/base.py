@@ -155,6 +155,8 @@ class StoredRun:
     attempts: tuple[AttemptRecord, ...]
     """Every attempt, in the order they started."""
     answer: str | None = None
+    output: Any = None
+    """The typed answer's JSON value, for a run with an answer type."""
     raw_plan: Any = None
     llm_phase: LlmPhase | None = None
     message: str | None = None
@@ -220,6 +222,7 @@ class StoredRun:
             status=status if status in ("ok", "paused") else "stopped",
             stop_reason=reason,
             answer=self.answer,
+            output=self.output,
             plan=self.plan,
             raw_plan=self.raw_plan,
             llm_phase=self.llm_phase,

@@ -84,6 +84,7 @@ def load_run(conn: Connection, run_id: RunId, *, store: str) -> StoredRun:
         history=_history(conn, key, plan, where),
         attempts=_attempts(conn, key, where),
         answer=_optional_str(outcome.get("answer"), f"{where}: runs.result.answer"),
+        output=outcome.get("output"),
         raw_plan=outcome.get("raw_plan"),
         llm_phase=_choice(outcome.get("llm_phase"), LlmPhase, f"{where}: runs.result"),
         message=_optional_str(outcome.get("message"), f"{where}: runs.result.message"),

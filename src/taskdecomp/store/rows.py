@@ -13,7 +13,7 @@ from typing import Any
 
 from taskdecomp.budget import Usage
 from taskdecomp.plan import Plan
-from taskdecomp.run import HistoryEntry, RunId, RunResult
+from taskdecomp.run import HistoryEntry, RunId, RunResult, json_output
 from taskdecomp.store.base import AttemptStart, Checkpoint, EventRecord, NewRun
 from taskdecomp.store.codec import encode_json, encode_optional_text, encode_text
 
@@ -145,6 +145,8 @@ def finished(result: RunResult, *, now: float) -> Row:
         "llm_phase": result.llm_phase,
         "message": result.message,
     }
+    if result.output is not None:  # runs without an answer type store what they did
+        outcome["output"] = json_output(result.output)
     return {
         "status": result.status,
         "stop_reason": encode_text(result.stop_reason, what="the stop reason"),

@@ -52,6 +52,8 @@ class Outcome:
     plan: Plan | None = None
     raw_plan: Any = None
     answer: str | None = None
+    output: Any = None
+    """The typed answer, when the run has an answer type."""
     llm_phase: LlmPhase | None = None
     message: str | None = None
 
@@ -191,6 +193,7 @@ def finish(ctx: RunContext, outcome: Outcome, started: float) -> RunResult:
         status=status_of(outcome.reason),
         stop_reason=outcome.reason,
         answer=outcome.answer if outcome.reason == stops.SUCCESS else None,
+        output=outcome.output if outcome.reason == stops.SUCCESS else None,
         plan=outcome.plan,
         raw_plan=outcome.raw_plan,
         llm_phase=outcome.llm_phase,

@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from taskdecomp import answers
+from taskdecomp.answertype import AnswerType
 from taskdecomp.budget import MIN_PLAN_STEPS, Budget
 from taskdecomp.models import Model, ModelRequest
 from taskdecomp.models.base import streams
@@ -47,6 +49,7 @@ class PlanExecute(DataclassOptions):
     name = "plan_execute"
     summary = "plan once, execute the steps through the gateway, combine the answer"
     starts_from_goal = True
+    types_answer = True
     options_type = PlanExecuteOptions
 
     def encode(self, options: Any) -> dict[str, Any] | None:
@@ -55,13 +58,13 @@ class PlanExecute(DataclassOptions):
 
     def start(self, setup: Setup, options: Any) -> Phases:
         """Plan, execute, combine."""
-        return _phases(setup.budget, setup.combiner, None, setup.stream_plan)
+        return _phases(setup.budget, setup.combiner, None, setup.stream_plan, setup.answer)
 
     def resume(
         self, setup: Setup, options: Any, stored: StoredRun, tools: ToolsArg | None
     ) -> tuple[Toolset | None, Phases]:
         """Execute what the stored plan has left (planning first if it has none), combine."""
-        return None, _phases(setup.budget, setup.combiner, stored)
+        return None, _phases(setup.budget, setup.combiner, stored, answer=setup.answer)
 
 
 STRATEGY = PlanExecute()
@@ -73,6 +76,7 @@ def _phases(
     combiner: Model | None,
     stored: StoredRun | None,
     stream_plan: bool | None = None,
+    answer: AnswerType | None = None,
 ) -> Phases:
     async def plan_execute(ctx: RunContext, outcome: Outcome) -> None:
         done = stored.finished_steps() if stored is not None else frozenset()
@@ -85,7 +89,8 @@ def _phases(
         await execute_plan(
             outcome.plan, ctx, max_parallel=budget.max_parallel, done=done, started=running
         )
-        outcome.answer = await _combine(ctx, combiner)
+        combined = await answers.combine(ctx, combiner, answer)
+        outcome.answer, outcome.output = combined.text, combined.output
 
     return plan_execute
 
@@ -159,17 +164,3 @@ def _streamed(request: ModelRequest, early: EarlySteps) -> ModelRequest:
             loop.call_soon_threadsafe(lambda: early.offer(stream.feed(piece)))
 
     return replace(request, on_text=on_text)
-
-
-async def _combine(ctx: RunContext, combiner: Model | None) -> str:
-    history = sorted(ctx.history, key=lambda entry: entry.step_no)
-    payload = {"goal": ctx.goal, "history": [entry.to_dict() for entry in history]}
-    request = ModelRequest(
-        phase="finalize",
-        messages=(
-            {"role": "system", "content": render("combiner")},
-            {"role": "user", "content": json.dumps(payload, ensure_ascii=True)},
-        ),
-    )
-    response = await ctx.ask(request, model=combiner)
-    return response.text.strip()

@@ -25,6 +25,7 @@ from taskdecomp.plugins import Registry
 if TYPE_CHECKING:  # the registry itself stays light: the command line reads its names
     from pydantic import TypeAdapter
 
+    from taskdecomp.answertype import AnswerType
     from taskdecomp.budget import Budget
     from taskdecomp.models.base import Model
     from taskdecomp.store.base import Store, StoredRun
@@ -44,6 +45,10 @@ class Setup:
     """Start ``read_only`` steps while the plan streams (``None``: when the model streams)."""
     store: Store | None = None
     """The run's store, when it has one (a strategy may keep more there: plan trees)."""
+    answer: AnswerType | None = None
+    """The type the run's answer must have (``output_type=``), if any. A strategy that
+    sets ``types_answer = True`` types its own answer (through
+    :func:`taskdecomp.answers.combine`); any other gets one more combine call at the end."""
 
 
 @runtime_checkable
