@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import http.server
 import json
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -26,6 +30,7 @@ from taskdecomp import (
     tool,
 )
 from taskdecomp.gateway import MAX_BACKOFF_S, retry_delay
+from taskdecomp.stops import with_detail
 from taskdecomp.store import open_store
 from taskdecomp.tools import Toolset
 from tests.clitools import cli
@@ -236,9 +241,9 @@ def test_an_idempotent_tool_keeps_its_key_across_attempts() -> None:
 def test_retry_delay_backs_off_exponentially_with_jitter_and_honours_after() -> None:
     spec = ToolSpec.from_function(tool(retries=9, backoff_s=1.0)(other))
 
-    def failed(cause: BaseException, reason: str = "tool_error:other") -> StopRun:
+    def failed(cause: BaseException, family: str = "tool_error") -> StopRun:
         try:
-            raise StopRun(reason) from cause
+            raise StopRun(with_detail(family, "other")) from cause
         except StopRun as stop:
             return stop
 
@@ -248,10 +253,10 @@ def test_retry_delay_backs_off_exponentially_with_jitter_and_honours_after() -> 
             delay = retry_delay(spec, transient, attempt)
             assert delay is not None and base / 2 <= delay <= base
     assert retry_delay(spec, failed(Retry("busy", after=7.5)), 1) == 7.5
-    assert retry_delay(spec, failed(TimeoutError(), "tool_timeout:other"), 1) is not None
+    assert retry_delay(spec, failed(TimeoutError(), "tool_timeout"), 1) is not None
     assert retry_delay(spec, transient, 10) is None  # nine retries spent
     assert retry_delay(spec, failed(ValueError("bad")), 1) is None
-    assert retry_delay(spec, failed(Retry("busy"), "tool_bad_args:other"), 1) is None
+    assert retry_delay(spec, failed(Retry("busy"), "tool_bad_args"), 1) is None
 
 
 def test_a_tool_in_a_worker_process_can_ask_for_a_retry(tmp_path: Path) -> None:
@@ -314,6 +319,9 @@ def test_the_cli_runs_a_toolset_with_retries(
     assert data["stop_reason"] == "success"
     assert [entry.get("attempt", 1) for entry in data["trace"]] == [1, 2, 3, 1, 1]
     assert data["usage"]["tool_calls"] == 5
+    code, out, _ = cli(capsys, "show", data["run_id"])
+    assert code == 0
+    assert out.count("tool_error:weather") == 2  # the two retried attempts are trace rows
 
 
 def test_the_cli_refuses_an_unsafe_tool_with_retries_with_exit_2(
@@ -387,3 +395,60 @@ def test_a_toolset_built_from_specs_keeps_their_retries() -> None:
     spec = ToolSpec.from_function(tool(retries=3, backoff_s=0.25)(other))
     toolset = Toolset.from_functions([spec])
     assert (toolset["other"].retries, toolset["other"].backoff_s) == (3, 0.25)
+
+
+class _Busy(http.server.BaseHTTPRequestHandler):
+    """Answers 503 with ``Retry-After: 0`` to the first request, then a JSON document."""
+
+    served: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.served.append(self.path)
+        first = len(self.served) == 1
+        body = b"busy" if first else json.dumps({"rate": 1.08}).encode()
+        self.send_response(503 if first else 200)
+        if first:
+            self.send_header("Retry-After", "0")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+@tool(retries=3, backoff_s=0.5, timeout=10)
+def fetch_json(url: str) -> dict[str, Any]:
+    """The docs' example: a 429/502/503 is a Retry, honouring ``Retry-After``."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.load(response)  # type: ignore[no-any-return]
+    except urllib.error.HTTPError as exc:
+        exc.close()  # the error holds the connection open
+        if exc.code in (429, 502, 503):
+            after = exc.headers.get("Retry-After", "")
+            wait = float(after) if after.isdigit() else None
+            raise Retry(f"{url} answered {exc.code}", after=wait) from exc
+        raise
+
+
+def test_the_documented_http_tool_honours_retry_after() -> None:
+    _Busy.served.clear()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Busy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/rates/EUR"
+        plan = plan_of(
+            step(1, "fetch_json", {"url": url}),
+            step(2, "other", {"city": "Bergen"}),
+            step(3, "other", {"city": "Tromso"}),
+        )
+        result = go(fetch_json, plan=plan)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.stop_reason == "success"
+    assert _Busy.served == ["/rates/EUR", "/rates/EUR"]
+    assert result.trace[0].error == f"Retry: {url} answered 503; retry in 0s"
+    assert result.history[0].observation == {"rate": 1.08}
