@@ -326,7 +326,7 @@ class _Call:
     async def retried(self, failed: int, stop: StopRun, delay: float) -> None:
         """End attempt ``failed`` (trace and journal), which the gateway tries again."""
         entry = self.record(
-            False, reason=stop.reason, error=f"{stop.message}; retry in {delay:.3g}s"
+            False, reason=stop.reason, error=f"{stop.message}; retry in {round(delay, 3):g}s"
         )
         ended, self.attempt = self.attempt, None  # ended, whether or not the next one begins
         if ended is not None:
