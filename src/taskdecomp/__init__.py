@@ -92,7 +92,7 @@ if typing.TYPE_CHECKING:
     from taskdecomp.strategies.replan import ReplanOptions
     from taskdecomp.strategies.tree import TreeOptions
     from taskdecomp.strategies.workflow import WorkflowOptions, run_workflow, run_workflow_sync
-    from taskdecomp.tools import Toolset, ToolSpec, load_toolset, tool
+    from taskdecomp.tools import Retry, Toolset, ToolSpec, load_toolset, tool
     from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTree, PlanTreeId
 
 _MODULES: dict[str, tuple[str, ...]] = {
@@ -149,7 +149,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "taskdecomp.strategies.replan": ("ReplanOptions",),
     "taskdecomp.strategies.tree": ("TreeOptions",),
     "taskdecomp.strategies.workflow": ("WorkflowOptions", "run_workflow", "run_workflow_sync"),
-    "taskdecomp.tools": ("ToolSpec", "Toolset", "load_toolset", "tool"),
+    "taskdecomp.tools": ("Retry", "ToolSpec", "Toolset", "load_toolset", "tool"),
     "taskdecomp.tree": ("NewNode", "NodeId", "PlanNode", "PlanTree", "PlanTreeId"),
 }
 """Where each public name that is imported on first use comes from."""
@@ -194,6 +194,7 @@ __all__ = [
     "PlanTreeId",
     "ReplanDecided",
     "ReplanOptions",
+    "Retry",
     "RunId",
     "RunLeasedError",
     "RunNotFoundError",

@@ -24,6 +24,9 @@
 :class:`StoreError` (``except StoreError`` catches every store problem); any other store
 error is a failure at run time (exit 1).
 
+Signals are outside the tree: a tool raises :class:`~taskdecomp.tools.Retry` to ask the
+gateway to call it again (``@tool(retries=N)``); it is not an error of taskdecomp's.
+
 Run failures that belong in a result (a denied tool, a bad plan, a spent budget) are not
 exceptions: they end the run with a stop reason (:mod:`taskdecomp.stops`). A
 :class:`ModelError` raised inside a run becomes ``llm_error:<kind>`` or ``llm_timeout``;

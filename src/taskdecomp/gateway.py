@@ -6,6 +6,11 @@ the tool's schema, calls the tool with its timeout and makes the observation JSO
 Every refusal or failure raises :class:`~taskdecomp.stops.StopRun` with the seed's reason
 code; whatever a tool raises (``BaseException`` included) is ``tool_error:<name>``.
 
+A tool with retries (``@tool(retries=N)``) is called again when a call raised
+:class:`~taskdecomp.tools.Retry` or timed out: after an exponential backoff with jitter (or
+the wait the ``Retry`` asked for), each attempt counted against ``max_tool_calls``, with the
+same arguments and idempotency key, and without loop detection (a retry is not a repeat).
+
 A call never outlives its timeout or the run's cancellation (the deadline): the gateway stops
 waiting and abandons it (see :mod:`taskdecomp.isolation`: sync tools run on daemon threads,
 async tools in tasks of their own, ``isolation="process"`` tools in worker processes that are
@@ -18,7 +23,8 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Mapping
+import random
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -28,9 +34,16 @@ from pydantic_core import to_jsonable_python
 from taskdecomp import isolation, jsonsafe, stops
 from taskdecomp.budget import Meter
 from taskdecomp.stops import StopRun, with_detail
-from taskdecomp.tools import IDEMPOTENCY_PARAM, Toolset, ToolSpec
+from taskdecomp.tools import IDEMPOTENCY_PARAM, Retry, Toolset, ToolSpec
 
 logger = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 60.0
+"""The longest backoff between two attempts (a ``Retry(after=...)`` may ask for more)."""
+
+RetryHook = Callable[[int, StopRun, float], Awaitable[None]]
+"""Told of a failed attempt about to be tried again: its number (from 1), why it failed,
+and the seconds the gateway waits before the next one (the trace records it)."""
 
 
 def args_hash(args: Mapping[str, Any]) -> str:
@@ -99,10 +112,12 @@ class ToolGateway:
         *,
         idempotency_key: str | None = None,
         digest: str | None = None,
+        on_retry: RetryHook | None = None,
     ) -> Any:
         """Call tool ``name`` with ``args`` and return its JSON-safe observation.
 
         ``digest`` is ``args_hash(args)`` when the caller has already computed it.
+        ``on_retry`` is awaited before each retry of a tool with retries.
 
         Raises:
             StopRun: ``max_tool_calls``, ``tool_denied:<n>``, ``tool_missing:<n>``,
@@ -118,7 +133,7 @@ class ToolGateway:
             ) from exc
         if spec.takes_idempotency_key:
             kwargs[IDEMPOTENCY_PARAM] = idempotency_key
-        result = await self._invoke(spec, kwargs)
+        result = await self._attempts(spec, kwargs, on_retry)
         try:
             jsonsafe.check_finite(result)  # first: pydantic writes some NaNs as null
             observation = to_jsonable_python(result)
@@ -150,6 +165,40 @@ class ToolGateway:
         self._seen_calls.add(signature)
         return spec
 
+    async def _attempts(
+        self, spec: ToolSpec, kwargs: dict[str, Any], on_retry: RetryHook | None
+    ) -> Any:
+        """The call, tried again while it fails transiently and the tool has retries left.
+
+        The deadline cancels a backoff like a call: the run never waits past it.
+        """
+        attempt = 1
+        while True:
+            try:
+                return await self._invoke(spec, kwargs)
+            except StopRun as stop:
+                delay = retry_delay(spec, stop, attempt)
+                if delay is None:
+                    raise
+                self._count_retry(spec, stop, attempt)
+                if on_retry is not None:
+                    await on_retry(attempt, stop, delay)
+                logger.debug("retrying tool %r in %.3fs: %s", spec.name, delay, stop.message)
+                await asyncio.sleep(delay)
+                attempt += 1
+
+    def _count_retry(self, spec: ToolSpec, stop: StopRun, attempt: int) -> None:
+        """Count the next attempt as a tool call; a spent budget says what failed."""
+        try:
+            self.meter.count_tool_call()
+        except StopRun as spent:
+            raise StopRun(
+                spent.reason,
+                message=f"attempt {attempt} at tool {spec.name!r} failed ({stop.reason}: "
+                f"{stop.message}) and another would pass max_tool_calls="
+                f"{self.meter.budget.max_tool_calls}",
+            ) from stop
+
     async def _invoke(self, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
         job = isolation.start(spec, kwargs)
         self._jobs.add(job)
@@ -179,6 +228,25 @@ class ToolGateway:
         for job in list(self._jobs):
             job.abandon()
         self._jobs.clear()
+
+
+def retry_delay(spec: ToolSpec, stop: StopRun, attempt: int) -> float | None:
+    """Seconds to wait before trying ``spec`` again after ``attempt`` failed with ``stop``.
+
+    ``None`` when it is not tried again: the tool has no retries left, or the failure is not
+    transient (only a :class:`~taskdecomp.tools.Retry` or the tool's timeout is). The wait
+    is a ``Retry(after=...)``'s, else ``backoff_s`` doubled per attempt, capped at
+    :data:`MAX_BACKOFF_S`, with jitter (between half of it and all of it).
+    """
+    cause = stop.__cause__
+    raised_retry = isinstance(cause, Retry) and stop.reason == with_detail("tool_error", spec.name)
+    timed_out = stop.reason == with_detail("tool_timeout", spec.name)
+    if attempt > spec.retries or not (raised_retry or timed_out):
+        return None
+    if isinstance(cause, Retry) and cause.after is not None:
+        return cause.after
+    backoff = min(spec.backoff_s * 2.0 ** (attempt - 1), MAX_BACKOFF_S)
+    return backoff * random.uniform(0.5, 1.0)  # jitter: calls that failed together part ways
 
 
 def _validation_message(exc: ValidationError) -> str:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from taskdecomp.tools import IDEMPOTENCY_PARAM, TOOLSET_MODULE_PREFIX, ToolSpec
+from taskdecomp.tools import IDEMPOTENCY_PARAM, TOOLSET_MODULE_PREFIX, Retry, ToolSpec
 from taskdecomp.toolsets.python import import_file
 
 if TYPE_CHECKING:  # ForkServerContext does not exist on Windows
@@ -377,6 +377,8 @@ def _outcome(answer: bytes | None, exitcode: int | None) -> Outcome:
             error=ToolProcessError(f"the tool's process exited with {how} before returning")
         )
     data = json.loads(answer)
+    if "retry" in data:  # the tool asked to be called again
+        return Outcome(error=Retry(data["retry"], after=data.get("after")))
     if "error" in data:
         return Outcome(error=ToolProcessError(data["error"]))
     return Outcome(value=data["value"])
@@ -431,6 +433,8 @@ def child_main(conn: Connection, request: str) -> None:
         text = json.dumps({"value": _child_call(json.loads(request))})
     except PydanticSerializationError as exc:
         text = json.dumps({"error": f"returned a value that is not JSON-serializable: {exc}"})
+    except Retry as exc:
+        text = json.dumps({"retry": str(exc), "after": exc.after})
     except BaseException as exc:  # whatever the tool raises is its own failure
         text = json.dumps({"error": describe(exc)})
     conn.send_bytes(text.encode("utf-8"))

@@ -45,6 +45,9 @@ class TraceEntry:
     """The tool's error message or the validation error, when there is one."""
     seconds: float = 0.0
     """How long the tool call took."""
+    attempt: int = 1
+    """Which attempt at the call this is, from 1: a tool with retries may make several, one
+    entry each (written only when above 1, so a call made once keeps the seed's shape)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form; keys that do not apply are left out, as the seed does."""
@@ -60,6 +63,8 @@ class TraceEntry:
         if self.error is not None:
             data["error"] = self.error
         data["seconds"] = self.seconds
+        if self.attempt != 1:
+            data["attempt"] = self.attempt
         return data
 
 

@@ -247,62 +247,92 @@ async def call_tool(
     Raises:
         StopRun: a refused or failed call, a bad ``$ref``, or a call waiting for approval.
     """
-    started = ctx.clock()
     digest = args_hash(args)
     if finishes:
         ctx.events.emit(StepStarted(run_id=ctx.run_id, step_no=step_no, step=step))
-
-    def record(
-        ok: bool, *, reason: stops.StopReason | None = None, error: str | None = None
-    ) -> TraceEntry:
-        entry = TraceEntry(
-            step_no=step_no,
-            step_id=step.id,
-            tool=tool,
-            args_hash=digest,
-            ok=ok,
-            stop_reason=reason,
-            error=error,
-            seconds=round(ctx.clock() - started, 6),
-        )
-        ctx.trace.append(entry)
-        return entry
-
-    key = f"{ctx.run_id}:{call_id}"
-    attempt: Attempt | None = None
+    call = _Call(ctx, step_no, step, tool, key=f"{ctx.run_id}:{call_id}", digest=digest)
     try:
         if finishes and has_refs(args):
             args = resolve_refs(step, {h.plan_step.id: h.observation for h in ctx.history})
-            digest = args_hash(args)
+            digest = call.digest = args_hash(args)
         _approve(ctx, step.id, tool, args)
-        attempt = await _begin(ctx, step_no, step, tool, key)
-        observation = await ctx.gateway.call(tool, args, idempotency_key=key, digest=digest)
-        if attempt is not None:
-            attempt.check(tool, observation)
+        call.attempt = await _begin(ctx, step_no, step, tool, call.key)
+        observation = await ctx.gateway.call(
+            tool, args, idempotency_key=call.key, digest=digest, on_retry=call.retried
+        )
+        if call.attempt is not None:
+            call.attempt.check(tool, observation)
     except StopRun as stop:
         if stop.reason == stops.AWAITING_APPROVAL:
             raise  # nothing was called; the run pauses
-        entry = record(False, reason=stop.reason, error=stop.message or None)
+        entry = call.record(False, reason=stop.reason, error=stop.message or None)
         ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry))
-        if attempt is not None:
-            await attempt.failed(entry)
+        if call.attempt is not None:
+            await call.attempt.failed(entry)
         raise
     except asyncio.CancelledError:
-        entry = record(False, error="cancelled before it finished")
+        entry = call.record(False, error="cancelled before it finished")
         ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry))
-        if attempt is not None:
-            attempt.cancelled(entry)
+        if call.attempt is not None:
+            call.attempt.cancelled(entry)
         raise
-    entry = record(True)
+    entry = call.record(True)
     history = None
     if finishes:
         history = HistoryEntry(step_no=step_no, plan_step=step, observation=observation)
         ctx.history.append(history)
         ctx.events.emit(StepFinished(run_id=ctx.run_id, entry=entry, observation=observation))
     state = on_success(observation) if on_success is not None else None
-    if attempt is not None:
-        await attempt.succeeded(entry, history, state=state)
+    if call.attempt is not None:
+        await call.attempt.succeeded(entry, history, state=state)
     return observation
+
+
+class _Call:
+    """One tool call's trace entries and journal attempts: one of each per attempt.
+
+    A tool with retries may be called several times (the gateway's ``on_retry``); each
+    failed attempt that is tried again gets its trace entry and its journal end here.
+    """
+
+    def __init__(
+        self, ctx: RunContext, step_no: int, step: Step, tool: str, *, key: str, digest: str
+    ) -> None:
+        self.ctx, self.step_no, self.step, self.tool, self.key = ctx, step_no, step, tool, key
+        self.digest = digest
+        self.started = ctx.clock()
+        self.tries = 1
+        self.attempt: Attempt | None = None
+        """The journal's attempt in flight, when the run has a journal."""
+
+    def record(
+        self, ok: bool, *, reason: stops.StopReason | None = None, error: str | None = None
+    ) -> TraceEntry:
+        """Add the current attempt's trace entry to the run."""
+        entry = TraceEntry(
+            step_no=self.step_no,
+            step_id=self.step.id,
+            tool=self.tool,
+            args_hash=self.digest,
+            ok=ok,
+            stop_reason=reason,
+            error=error,
+            seconds=round(self.ctx.clock() - self.started, 6),
+            attempt=self.tries,
+        )
+        self.ctx.trace.append(entry)
+        return entry
+
+    async def retried(self, failed: int, stop: StopRun, delay: float) -> None:
+        """End attempt ``failed`` (trace and journal), which the gateway tries again."""
+        entry = self.record(
+            False, reason=stop.reason, error=f"{stop.message}; retry in {round(delay, 3):g}s"
+        )
+        ended, self.attempt = self.attempt, None  # ended, whether or not the next one begins
+        if ended is not None:
+            await ended.failed(entry)
+            self.attempt = await _begin(self.ctx, self.step_no, self.step, self.tool, self.key)
+        self.tries, self.started = failed + 1, self.ctx.clock()
 
 
 def _approve(ctx: RunContext, step_id: str, tool: str, args: Mapping[str, Any]) -> None:

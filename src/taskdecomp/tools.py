@@ -2,7 +2,8 @@
 
 A tool is a plain Python function (sync or async). Its argument schema comes from its type
 hints, through pydantic, so the planner sees the same schema the gateway enforces.
-:func:`tool` adds a description, a timeout, a side-effect class and an isolation.
+:func:`tool` adds a description, a timeout, a side-effect class, an isolation and retries
+(a tool raises :class:`Retry` to say a call may be tried again).
 :func:`load_toolset` reads a Python file or module: the functions in its ``TOOLS`` if it has
 one, else every public top-level function with type hints; a module-level ``ISOLATION``
 sets the isolation of every tool that does not choose its own.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import sys
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -38,8 +40,36 @@ IDEMPOTENCY_PARAM = "idempotency_key"
 TOOLSET_MODULE_PREFIX = "taskdecomp_toolset_"
 """Module names given to toolsets loaded from a file (they are not importable by name)."""
 
+DEFAULT_BACKOFF_S = 0.5
+"""Seconds before a tool's first retry, unless it says otherwise; each retry doubles it."""
+
 _META_ATTR = "__taskdecomp_tool__"
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Retry(Exception):
+    """Raised by a tool: this call failed for a passing reason and may be tried again.
+
+    A signal to the gateway, outside taskdecomp's error tree (:mod:`taskdecomp.errors`).
+    When the tool allows retries (``@tool(retries=N)``, ``read_only`` and ``idempotent``
+    tools only), the gateway calls it again after a backoff; otherwise, or once its retries
+    are spent, the call ends with ``tool_error:<name>`` and this message.
+
+    Args:
+        message: why the call failed; it goes into the trace.
+        after: seconds to wait before the next attempt (a server's ``Retry-After``), instead
+            of the tool's backoff; ``None``: the backoff.
+
+    Raises:
+        ValueError: ``after`` is negative or not finite.
+    """
+
+    def __init__(self, message: str = "", *, after: float | None = None) -> None:
+        if after is not None and not (math.isfinite(after) and after >= 0):
+            raise ValueError(f"Retry(after=...) must be seconds >= 0, got {after!r}")
+        super().__init__(message)
+        self.message = message
+        self.after = after
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -52,6 +82,10 @@ class ToolOptions:
     needs_approval: bool = False
     isolation: Isolation | None = None
     """``None``: the toolset's ``ISOLATION``, else ``"none"``."""
+    retries: int = 0
+    """How many times a failed call may be tried again (see :class:`Retry`)."""
+    backoff_s: float = DEFAULT_BACKOFF_S
+    """Seconds before the first retry; doubled for each next one, with jitter."""
 
 
 @overload
@@ -64,6 +98,8 @@ def tool(
     side_effects: SideEffects = "read_only",
     needs_approval: bool = False,
     isolation: Isolation | None = None,
+    retries: int = 0,
+    backoff_s: float = DEFAULT_BACKOFF_S,
 ) -> Callable[[F], F]: ...
 def tool(
     fn: F | None = None,
@@ -74,6 +110,8 @@ def tool(
     side_effects: SideEffects = "read_only",
     needs_approval: bool = False,
     isolation: Isolation | None = None,
+    retries: int = 0,
+    backoff_s: float = DEFAULT_BACKOFF_S,
 ) -> F | Callable[[F], F]:
     """Mark a function as a tool, optionally with options.
 
@@ -89,8 +127,17 @@ def tool(
             is a ``tool_error``. The function must be defined at the top level of a module
             or toolset file, so the worker can import it. Default: the toolset's
             ``ISOLATION``, else ``"none"``.
+        retries: how many times a call that raised :class:`Retry` or timed out is tried
+            again (default 0), each attempt counted against ``max_tool_calls`` and bounded
+            by the run's deadline. For ``read_only`` and ``idempotent`` tools only (an
+            idempotent tool keeps its idempotency key across attempts).
+        backoff_s: seconds before the first retry (default 0.5), doubled for each next one
+            with jitter; a ``Retry(after=...)`` sets the wait itself.
 
     The function itself is returned unchanged, so it stays callable as before.
+
+    Raises:
+        ValueError: an option is out of range, or an ``unsafe`` tool asks for retries.
     """
     if side_effects not in ("read_only", "idempotent", "unsafe"):
         raise ValueError(
@@ -100,15 +147,24 @@ def tool(
         raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
     if isolation is not None and isolation not in ISOLATIONS:
         raise ValueError(f"isolation must be 'none' or 'process', got {isolation!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"retries must be a whole number >= 0, got {retries!r}")
+    if not (math.isfinite(backoff_s) and backoff_s >= 0):
+        raise ValueError(f"backoff_s must be seconds >= 0, got {backoff_s!r}")
     options = ToolOptions(
         description=description,
         timeout=timeout,
         side_effects=side_effects,
         needs_approval=needs_approval,
         isolation=isolation,
+        retries=retries,
+        backoff_s=float(backoff_s),
     )
 
     def mark(func: F) -> F:
+        problem = retry_problem(getattr(func, "__name__", repr(func)), side_effects, retries)
+        if problem is not None:
+            raise ValueError(problem)
         setattr(func, _META_ATTR, options)
         return func
 
@@ -132,6 +188,20 @@ class ToolSpec:
     """Whether a human must approve each call before it is made."""
     isolation: Isolation = "none"
     """Where each call runs (see :data:`Isolation`)."""
+    retries: int = 0
+    """How many times a call that raised :class:`Retry` or timed out is tried again."""
+    backoff_s: float = DEFAULT_BACKOFF_S
+    """Seconds before the first retry; doubled for each next one, with jitter."""
+
+    def __post_init__(self) -> None:
+        """Refuse retries for an ``unsafe`` tool, however the spec was built.
+
+        Raises:
+            ToolsetError: an ``unsafe`` tool with retries.
+        """
+        problem = retry_problem(self.name, self.side_effects, self.retries)
+        if problem is not None:
+            raise ToolsetError(problem)
 
     @classmethod
     def from_function(
@@ -166,6 +236,8 @@ class ToolSpec:
             takes_idempotency_key=IDEMPOTENCY_PARAM in inspect.signature(fn).parameters,
             needs_approval=options.needs_approval,
             isolation=chosen,
+            retries=options.retries,
+            backoff_s=options.backoff_s,
         )
 
     def args_schema(self) -> dict[str, Any]:
@@ -175,6 +247,17 @@ class ToolSpec:
     def catalog_entry(self) -> dict[str, Any]:
         """Name, description and argument schema for the planner's tool catalog."""
         return {"name": self.name, "description": self.description, "args": self.args_schema()}
+
+
+def retry_problem(name: str, side_effects: SideEffects, retries: int) -> str | None:
+    """Why tool ``name`` may not have ``retries``, or ``None`` when it may."""
+    if retries and side_effects == "unsafe":
+        return (
+            f"tool {name!r} is unsafe (run at most once), so it cannot have retries={retries}; "
+            "drop retries, or declare side_effects='idempotent' if a repeat with the same "
+            "idempotency key does no harm"
+        )
+    return None
 
 
 _SCHEMAS: weakref.WeakKeyDictionary[type[BaseModel], str] = weakref.WeakKeyDictionary()
