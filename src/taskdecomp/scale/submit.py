@@ -45,6 +45,7 @@ def submit(
     options: Any = None,
     replan: ReplanOptions | None = None,
     client: Any = None,
+    answer_schema: dict[str, Any] | None = None,
 ) -> tuple[RunId, bool]:
     """Queue a run of ``goal``; return its id at once, and whether it is a new run.
 
@@ -64,6 +65,7 @@ def submit(
         replan: the same as ``options``, for the ``replan`` strategy.
         client: a ``DBOSClient`` on ``db`` to enqueue with (a long-lived process keeps
             one); default: one opened and closed for this call.
+        answer_schema: a JSON schema the run's answer is typed by (``RunResult.output``).
 
     Raises:
         ConfigError: an empty goal, a path where a toolset name belongs, a database that
@@ -92,6 +94,7 @@ def submit(
         budget=budget,
         strategy=chosen.name,
         options=chosen.encode(settings),
+        answer_schema=answer_schema,
     )
     config: dict[str, Any] = {**new.config, "queue": {"allow_all": allow is None}}
     new = type(new)(run_id=new.run_id, goal=goal, model=model, tools=tools, config=config)

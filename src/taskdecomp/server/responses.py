@@ -84,6 +84,8 @@ class TraceEntry(_Out):
     """The tool's error or the validation error, when there is one."""
     seconds: float
     """How long the tool call took."""
+    attempt: int = 1
+    """Which attempt of a retried tool call this is (1 for a call made once)."""
 
 
 class HistoryEntry(_Out):

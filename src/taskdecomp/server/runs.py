@@ -168,7 +168,7 @@ class RunService:
         allow = self._allow(toolset, body.toolset, body.allow)
         budget = self._budget(body.budget)
         options = _options(body)
-        _answer_schema(body, queued=self.config.executor == "queue")
+        _answer_schema(body)
         if self.config.executor == "queue":
             return await self.show(await self._submit(body, model, allow, budget, options))
         if body.idempotency_key is not None:
@@ -364,6 +364,7 @@ class RunService:
                 strategy=body.strategy,
                 options=options,
                 client=self._queue_client,
+                answer_schema=body.answer_schema,
             )
         )
         self._ring(run_id)
@@ -745,17 +746,15 @@ def _summary(summary: RunSummary, status: str) -> dict[str, Any]:
     }
 
 
-def _answer_schema(body: RunIn, *, queued: bool) -> None:
+def _answer_schema(body: RunIn) -> None:
     """Refuse an ``answer_schema`` an answer cannot be checked against.
 
     Raises:
         Problem: 422 for a schema that is not a valid JSON schema (or cannot be checked
-            here), or one given to a server that queues its runs.
+            here).
     """
     if body.answer_schema is None:
         return
-    if queued:
-        raise Problem(422, "answer_schema is not taken by queued runs (serve --executor queue)")
     try:
         answer_type(body.answer_schema)
     except ConfigError as exc:
