@@ -62,6 +62,7 @@ from taskdecomp.errors import (
 )
 from taskdecomp.eventrecords import event_data
 from taskdecomp.events import (
+    AnswerDelta,
     Event,
     ModelProgress,
 )
@@ -219,6 +220,12 @@ class Journal:
     def __call__(self, event: Event) -> None:
         """Keep ``event`` for the next write (the journal is an event subscriber)."""
         if isinstance(event, ModelProgress):  # live only: a display's, not the record's
+            return
+        last = self._events[-1] if self._events else None
+        if isinstance(event, AnswerDelta) and last is not None and _same_answer(last, event):
+            # one record per answer between two writes, not one per streamed piece
+            joined = {**last.data, "text": str(last.data["text"]) + event.text}
+            self._events[-1] = EventRecord(kind=last.kind, at=last.at, data=joined)
             return
         self._events.append(
             EventRecord(kind=type(event).__name__, at=self._now(), data=event_data(event))
@@ -567,3 +574,8 @@ def interrupted(stored: StoredRun, step_id: TaskId) -> StopRun:
         "interrupted before its result was stored; it may or may not have taken effect, so it "
         "is not called again: check by hand",
     )
+
+
+def _same_answer(record: EventRecord, delta: AnswerDelta) -> bool:
+    """Whether ``delta`` goes on with the answer ``record`` holds (the same attempt)."""
+    return record.kind == "AnswerDelta" and record.data.get("attempt") == delta.attempt

@@ -67,7 +67,8 @@ class AnswerDelta:
 
     The pieces of one ``attempt`` concatenate to that attempt's answer text; a repaired
     answer starts again at ``attempt`` 2, whose pieces replace the first attempt's.
-    Stored with the run (the service's event stream carries them).
+    Stored with the run (the service's event stream carries them), the pieces that arrive
+    between two checkpoints as one record.
     """
 
     run_id: RunId

@@ -53,7 +53,7 @@ def test_a_run_posted_with_an_answer_schema_returns_its_typed_output(
     assert view["output"] == {"done": 4, "summary": "all four ran"}
     assert view["config"]["answer_schema"] == SCHEMA
     deltas = [m["data"]["data"] for m in messages if m["event"] == "AnswerDelta"]
-    assert len(deltas) > 1
+    assert deltas  # the pieces written between two checkpoints are stored as one record
     assert json.loads("".join(d["text"] for d in deltas)) == view["output"]
 
 
