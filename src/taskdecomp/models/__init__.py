@@ -11,6 +11,8 @@ Built in: ``scripted:PATH`` (:mod:`~taskdecomp.models.scripted`), ``openai[:MODE
 (:mod:`~taskdecomp.models.local`, the embedded model; needs the ``local`` extra). The SDKs
 are imported only when their provider is used, and the provider modules when their names
 are first used.
+
+``google:MODEL`` (:mod:`~taskdecomp.models.google`): Gemini models (the ``google`` extra).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ PROVIDERS: Registry[Provider | ProviderFactory] = Registry(
         "scripted": "taskdecomp.models.providers:scripted",
         "openai": "taskdecomp.models.providers:openai",
         "local": "taskdecomp.models.providers:local",
+        "google": "taskdecomp.models.google:provider",
     },
     missing=ModelNotFoundError,
 )
