@@ -123,6 +123,8 @@ class Seen:
     query: dict[str, list[str]]
     body: dict[str, Any]
     headers: dict[str, str]
+    port: int
+    """The client's port: one per connection."""
 
     @property
     def generation(self) -> dict[str, Any]:
@@ -150,7 +152,9 @@ class GeminiServer:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -197,6 +201,9 @@ class GeminiServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keeps connections open, as the API does
+            disable_nagle_algorithm = True  # headers and body leave at once
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
@@ -208,7 +215,13 @@ class GeminiServer:
                 if not url.path.startswith("/v1beta/models/"):
                     self._send(failure(404, f"no such method: {url.path}"), False)
                     return
-                seen = Seen(path=url.path, query=parse_qs(url.query), body=body, headers=headers)
+                seen = Seen(
+                    path=url.path,
+                    query=parse_qs(url.query),
+                    body=body,
+                    headers=headers,
+                    port=self.client_address[1],
+                )
                 reply = server._next(seen)
                 if reply.stall:  # far past any test's timeout: a client must give up first
                     server.released.wait(600)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import Iterator
 from dataclasses import replace
@@ -206,6 +207,24 @@ def test_a_bad_request_not_about_the_mode_is_not_a_fallback(gemini: GeminiServer
     assert raised.value.kind == "bad_request"
     assert "contents is empty" in str(raised.value)
     assert len(gemini.requests) == 1
+
+
+def test_calls_in_one_loop_share_a_connection_closed_with_the_loop(
+    gemini: GeminiServer,
+) -> None:
+    gemini.fallback = Reply(body=answer('{"total": 1}'))
+    target = model(gemini)
+
+    async def twice() -> None:
+        await target.complete(REQUEST)
+        await target.complete(replace(REQUEST, on_text=lambda piece: None))
+
+    asyncio.run(twice())
+    asyncio.run(twice())
+    gc.collect()  # an unclosed connection would warn now, and warnings are errors
+
+    ports = [seen.port for seen in gemini.requests]
+    assert ports[0] == ports[1] and ports[2] == ports[3] and ports[1] != ports[2]
 
 
 def test_a_streamed_answer_arrives_in_pieces_with_progress(gemini: GeminiServer) -> None:

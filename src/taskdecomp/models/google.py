@@ -39,11 +39,11 @@ What a call does:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import weakref
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -234,6 +234,18 @@ class _Reading:
         return estimate_tokens(written) if written else 0
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Held:
+    """An event loop's SDK client and the HTTP client under it."""
+
+    client: genai_client.AsyncClient
+    http: httpx.AsyncClient
+
+    @property
+    def closed(self) -> bool:
+        return self.http.is_closed
+
+
 class GeminiModel:
     """A Gemini model behind the Gemini API.
 
@@ -297,6 +309,12 @@ class GeminiModel:
         self._first_mode = output_mode
         self._sleep = sleep
         self._server = ("google", (base_url or "").rstrip("/"), self._model)
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Held] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._keepers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, AsyncGenerator[_Held, None]
+        ] = weakref.WeakKeyDictionary()
 
     @property
     def name(self) -> str:
@@ -331,36 +349,53 @@ class GeminiModel:
             ModelTimeoutError: an attempt took longer than the timeout.
             ModelError: the server refused the call or kept failing after the retries.
         """
-        async with self._client() as client:
-            return await with_retries(
-                functools.partial(self._attempt, client, request),
-                self.output_mode,
-                self._retry,
-                self._sleep,
-            )
+        return await with_retries(
+            functools.partial(self._attempt, await self._client(), request),
+            self.output_mode,
+            self._retry,
+            self._sleep,
+        )
 
-    @contextlib.asynccontextmanager
-    async def _client(self) -> AsyncIterator[genai_client.AsyncClient]:
-        """An SDK client for one call, on HTTP clients of ours (the SSL context is shared)."""
+    async def _client(self) -> genai_client.AsyncClient:
+        """This event loop's SDK client, made on its first call (connections are reused)."""
+        loop = asyncio.get_running_loop()
+        held = self._clients.get(loop)
+        if held is None or held.closed:
+            keeper = self._keep()
+            held = await anext(keeper)  # made without suspending: no other call can race
+            self._clients[loop] = held
+            self._keepers[loop] = keeper
+        return held.client
+
+    async def _keep(self) -> AsyncGenerator[_Held, None]:
+        """Hold one SDK client until the loop shuts its async generators down, then close it.
+
+        ``asyncio.run`` and the engine's own loop both do so when they end, so a client
+        never outlives its loop and is never shared between two.
+        """
         import httpx
         from google import genai
         from google.genai import types
 
         verify = _ssl_context()
-        async with httpx.AsyncClient(verify=verify) as http:
-            with httpx.Client(verify=verify) as unused:  # the SDK wants one; it stays idle
-                options = types.HttpOptions(
-                    base_url=self._base_url,
-                    api_version=API_VERSION,
-                    headers=self._headers or None,
-                    timeout=max(1, round(self._timeout * 1000)),  # milliseconds
-                    retry_options=types.HttpRetryOptions(attempts=1),  # ours retry
-                    httpx_client=unused,
-                    httpx_async_client=http,
-                    async_client_args={"ssl": verify},
-                )
-                client = genai.Client(vertexai=False, api_key=self._api_key, http_options=options)
-                yield client.aio
+        http = httpx.AsyncClient(verify=verify)
+        idle = httpx.Client(verify=verify)  # the SDK wants a sync client too; it stays idle
+        options = types.HttpOptions(
+            base_url=self._base_url,
+            api_version=API_VERSION,
+            headers=self._headers or None,
+            timeout=max(1, round(self._timeout * 1000)),  # milliseconds
+            retry_options=types.HttpRetryOptions(attempts=1),  # ours retry
+            httpx_client=idle,
+            httpx_async_client=http,
+            async_client_args={"ssl": verify},  # spares the SDK loading certificates again
+        )
+        try:
+            client = genai.Client(vertexai=False, api_key=self._api_key, http_options=options)
+            yield _Held(client=client.aio, http=http)
+        finally:
+            idle.close()
+            await http.aclose()
 
     async def _attempt(
         self, client: genai_client.AsyncClient, request: ModelRequest, mode: OutputMode
