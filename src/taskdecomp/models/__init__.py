@@ -8,11 +8,13 @@ URL, key variable, timeout, headers) when it connects to a server.
 
 Built in: ``scripted:PATH`` (:mod:`~taskdecomp.models.scripted`), ``openai[:MODEL]``
 (:mod:`~taskdecomp.models.openai`, any OpenAI-compatible server) and ``local[:PATH.gguf]``
-(:mod:`~taskdecomp.models.local`, the embedded model; needs the ``local`` extra), and the
-named OpenAI-compatible hosts ``ollama:``, ``azure:``, ``openrouter:``, ``groq:`` and
-``together:`` (:mod:`~taskdecomp.models.hosts`, each with its own URL and key variable).
-The SDKs are imported only when their provider is used, and the provider modules when
-their names are first used.
+(:mod:`~taskdecomp.models.local`, the embedded model; needs the ``local`` extra); the
+native providers ``anthropic:MODEL`` (:mod:`~taskdecomp.models.anthropic`, the ``anthropic``
+extra) and ``google:MODEL`` (:mod:`~taskdecomp.models.google`, Gemini; the ``google``
+extra); and the named OpenAI-compatible hosts ``ollama:``, ``azure:``, ``openrouter:``,
+``groq:`` and ``together:`` (:mod:`~taskdecomp.models.hosts`, each with its own URL and key
+variable). The SDKs are imported only when their provider is used, and the provider modules
+when their names are first used.
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ PROVIDERS: Registry[Provider | ProviderFactory] = Registry(
         "openrouter": "taskdecomp.models.hosts:openrouter",
         "groq": "taskdecomp.models.hosts:groq",
         "together": "taskdecomp.models.hosts:together",
+        "google": "taskdecomp.models.google:provider",
     },
     missing=ModelNotFoundError,
 )
