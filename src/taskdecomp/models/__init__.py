@@ -7,10 +7,11 @@ object a :class:`Provider`, given the part after the colon and a :class:`Connect
 URL, key variable, timeout, headers) when it connects to a server.
 
 Built in: ``scripted:PATH`` (:mod:`~taskdecomp.models.scripted`), ``openai[:MODEL]``
-(:mod:`~taskdecomp.models.openai`, any OpenAI-compatible server) and ``local[:PATH.gguf]``
-(:mod:`~taskdecomp.models.local`, the embedded model; needs the ``local`` extra). The SDKs
-are imported only when their provider is used, and the provider modules when their names
-are first used.
+(:mod:`~taskdecomp.models.openai`, any OpenAI-compatible server), ``anthropic[:MODEL]``
+(:mod:`~taskdecomp.models.anthropic`, Claude's Messages API; needs the ``anthropic`` extra)
+and ``local[:PATH.gguf]`` (:mod:`~taskdecomp.models.local`, the embedded model; needs the
+``local`` extra). The SDKs are imported only when their provider is used, and the provider
+modules when their names are first used.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ PROVIDERS: Registry[Provider | ProviderFactory] = Registry(
         "scripted": "taskdecomp.models.providers:scripted",
         "openai": "taskdecomp.models.providers:openai",
         "local": "taskdecomp.models.providers:local",
+        "anthropic": "taskdecomp.models.anthropic:provider",
     },
     missing=ModelNotFoundError,
 )
