@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -61,6 +62,8 @@ from taskdecomp.models.retry import Retry, RetryPolicy, retry_after, with_retrie
 from taskdecomp.settings import _load
 
 if TYPE_CHECKING:
+    import ssl
+
     import anthropic
     from anthropic.types import Message as AnthropicMessage
 
@@ -254,13 +257,18 @@ class AnthropicModel:
                 "the anthropic provider needs its SDK: pip install 'taskdecomp[anthropic]'"
             ) from None
         modes = self._modes(request)
-        async with anthropic.AsyncAnthropic(
-            api_key=self._api_key,
-            base_url=self._base_url,
-            timeout=self._timeout,
-            default_headers=self._headers or None,
-            max_retries=0,
-        ) as client:
+        http = anthropic.DefaultAsyncHttpxClient(verify=_ssl_context(), timeout=self._timeout)
+        async with (
+            http,
+            anthropic.AsyncAnthropic(
+                api_key=self._api_key,
+                base_url=self._base_url,
+                timeout=self._timeout,
+                default_headers=self._headers or None,
+                max_retries=0,
+                http_client=http,
+            ) as client,
+        ):
             return await with_retries(
                 functools.partial(self._attempt, client, request, modes),
                 modes[0],
@@ -496,6 +504,16 @@ class _Reply:
             piece = ""
         self.heard += piece
         return piece
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One TLS context for the process: loading the CA bundle takes ~50 ms, per client."""
+    try:  # the SDK's HTTP client: httpx2 from anthropic 2, httpx before
+        http = importlib.import_module("httpx2")
+    except ImportError:
+        http = importlib.import_module("httpx")
+    return cast("ssl.SSLContext", http.create_ssl_context())
 
 
 def tool_input_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
