@@ -429,11 +429,13 @@ class AnthropicModel:
         )
 
     def _failure(self, exc: anthropic.APIStatusError) -> Failure:
-        kind = exc.type if isinstance(exc.type, str) else None
+        error = exc.body.get("error") if isinstance(exc.body, dict) else None
+        error = error if isinstance(error, dict) else {}  # read from the body: any SDK version
+        kind = error.get("type") if isinstance(error.get("type"), str) else None
         status = exc.status_code
         if status < 400:  # an error event inside a 200 stream
             status = _ERROR_STATUS.get(kind or "", 500)
-        message = exc.api_message or (exc.response.text if status >= 400 else str(exc))
+        message = error.get("message") or (exc.response.text if status >= 400 else str(exc))
         return Failure(status=status, code=kind, detail=self._scrub(message or ""))
 
     def _connection_error(self, exc: anthropic.APIConnectionError) -> ModelError:
