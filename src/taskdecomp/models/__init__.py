@@ -106,6 +106,7 @@ PROVIDERS: Registry[Provider | ProviderFactory] = Registry(
         "groq": "taskdecomp.models.hosts:groq",
         "together": "taskdecomp.models.hosts:together",
         "google": "taskdecomp.models.google:provider",
+        "anthropic": "taskdecomp.models.anthropic:provider",
     },
     missing=ModelNotFoundError,
 )

@@ -1,0 +1,268 @@
+"""A Messages API server of our own, written from Anthropic's public API reference.
+
+``POST /v1/messages`` only. Every request must carry the server's
+:attr:`AnthropicServer.key` (as ``x-api-key``, or ``Authorization: Bearer`` as SDK 2.x
+sends it) and ``anthropic-version``, and a body with ``model``,
+``max_tokens`` and ``messages``; a missing one is answered as Anthropic does, with
+``{"type": "error", "error": {"type": ..., "message": ...}}``. Answers come from a queue of
+canned :class:`Reply` objects, like ``fake_openai``'s: a message (text and ``tool_use``
+blocks, usage), an error with its status and headers (``retry-after``), a stall, or raw
+bytes. A request with ``"stream": true`` gets its message as the API's server-sent events:
+``message_start``, ``ping``, per block ``content_block_start``, ``content_block_delta``
+(``text_delta`` or ``input_json_delta``) and ``content_block_stop``, then
+``message_delta`` (stop reason, output tokens) and ``message_stop``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+KEY = "sk-ant-test-0123456789abcdef"
+"""The key the server takes."""
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+"""The error type the API names for each status."""
+
+
+def message(
+    *,
+    text: str | None = None,
+    tool_input: Any = None,
+    stop_reason: str | None = None,
+    tokens: tuple[int, int] = (120, 40),
+    model: str = "claude-x",
+) -> dict[str, Any]:
+    """A Messages API response body: a text block, a ``tool_use`` block, or both."""
+    content: list[dict[str, Any]] = []
+    if text is not None:
+        content.append({"type": "text", "text": text})
+    if tool_input is not None:
+        content.append(
+            {"type": "tool_use", "id": "toolu_01", "name": "answer", "input": tool_input}
+        )
+    if stop_reason is None:
+        stop_reason = "tool_use" if tool_input is not None else "end_turn"
+    return {
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]},
+    }
+
+
+def error_body(status: int, text: str) -> dict[str, Any]:
+    """An error body as the API sends it."""
+    kind = ERROR_TYPES.get(status, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": text}}
+
+
+def sse(body: dict[str, Any], *, usage: bool = True, piece: int = 8) -> bytes:
+    """A message as the server-sent events of ``"stream": true``, its text in pieces."""
+    start = {**body, "content": [], "stop_reason": None}
+    start["usage"] = {"input_tokens": body["usage"]["input_tokens"], "output_tokens": 1}
+    if not usage:
+        del start["usage"]
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("ping", {"type": "ping"}),
+    ]
+    for index, block in enumerate(body["content"]):
+        events.extend(_block_events(index, block, piece))
+    final: dict[str, Any] = {
+        "type": "message_delta",
+        "delta": {"stop_reason": body["stop_reason"], "stop_sequence": None},
+    }
+    if usage:
+        final["usage"] = {"output_tokens": body["usage"]["output_tokens"]}
+    events += [("message_delta", final), ("message_stop", {"type": "message_stop"})]
+    return "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode()
+
+
+def _block_events(index: int, block: dict[str, Any], piece: int) -> Iterator[tuple[str, Any]]:
+    if block["type"] == "text":
+        empty: dict[str, Any] = {"type": "text", "text": ""}
+        whole, delta_type, key = block["text"], "text_delta", "text"
+    else:
+        empty = {**block, "input": {}}
+        whole, delta_type, key = json.dumps(block["input"]), "input_json_delta", "partial_json"
+    yield (
+        "content_block_start",
+        {
+            "type": "content_block_start",
+            "index": index,
+            "content_block": empty,
+        },
+    )
+    for at in range(0, len(whole), piece):
+        delta = {"type": delta_type, key: whole[at : at + piece]}
+        yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+    yield "content_block_stop", {"type": "content_block_stop", "index": index}
+
+
+@dataclass
+class Reply:
+    """One canned reply: a status and JSON body (or raw bytes), or a stall."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    stall: bool = False
+    raw: bytes | None = None
+    content_type: str = "application/json"
+    stream_usage: bool = True
+    """Whether a streamed reply says its usage."""
+    stream_error: str | None = None
+    """An error type sent as an ``error`` event after ``message_start`` (200 stream)."""
+
+
+def ok(**kwargs: Any) -> Reply:
+    """A 200 with :func:`message`'s body."""
+    usage = kwargs.pop("stream_usage", True)
+    return Reply(body=message(**kwargs), stream_usage=usage)
+
+
+def fail(status: int, text: str, **headers: str) -> Reply:
+    """An error reply, with headers such as ``retry_after="0"`` (underscores for dashes)."""
+    named = {name.replace("_", "-"): value for name, value in headers.items()}
+    return Reply(status=status, body=error_body(status, text), headers=named)
+
+
+class AnthropicServer:
+    """Answers ``POST /v1/messages`` from a queue of :class:`Reply` objects.
+
+    When the queue is empty it answers ``fallback``; every request body and its headers
+    are recorded in ``requests`` and ``headers``.
+    """
+
+    def __init__(self) -> None:
+        self.key = KEY
+        self.replies: list[Reply] = []
+        self.fallback: Reply | None = None
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.released = threading.Event()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The base URL a client is given (the SDK adds ``/v1/messages``)."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def queue(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    def _refusal(self, path: str, body: Any, headers: dict[str, str]) -> Reply | None:
+        """What the API answers a request that is not well formed, before any reply."""
+        if path != "/v1/messages":
+            return fail(404, f"no route {path}")
+        bearer = headers.get("authorization", "").removeprefix("Bearer ")
+        if self.key not in (headers.get("x-api-key"), bearer):  # SDK 2.x sends the bearer form
+            return fail(401, "invalid x-api-key")
+        if not headers.get("anthropic-version"):
+            return fail(400, "anthropic-version: header is required")
+        if not isinstance(body, dict):
+            return fail(400, "the body must be a JSON object")
+        missing = [name for name in ("model", "max_tokens", "messages") if name not in body]
+        if missing:
+            return fail(400, f"{missing[0]}: Field required")
+        choice = body.get("tool_choice")
+        names = [tool.get("name") for tool in body.get("tools", [])]
+        if choice and choice.get("type") == "tool" and choice.get("name") not in names:
+            return fail(400, f"tool_choice: no tool named {choice.get('name')!r}")
+        return None
+
+    def _next(self, path: str, body: Any, headers: dict[str, str]) -> Reply:
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+            refusal = self._refusal(path, body, headers)
+            if refusal is not None:
+                return refusal
+            if self.replies:
+                return self.replies.pop(0)
+            if self.fallback is not None:
+                return self.fallback
+            return fail(500, "no canned reply left")
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except ValueError:
+                    body = None
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                reply = fake._next(self.path, body, headers)
+                if reply.stall:  # far past any test's timeout: a client must give up first
+                    fake.released.wait(600)
+                    return
+                data, content_type = self._payload(reply, body)
+                self.send_response(reply.status)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(data)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _payload(self, reply: Reply, body: Any) -> tuple[bytes, str]:
+                if reply.raw is not None:
+                    return reply.raw, reply.content_type
+                streamed = isinstance(body, dict) and body.get("stream")
+                if not (streamed and reply.status == 200):
+                    return json.dumps(reply.body).encode(), reply.content_type
+                events = sse(reply.body, usage=reply.stream_usage)
+                if reply.stream_error is not None:
+                    head, _, _ = events.partition(b"event: ping")
+                    error = {"type": "error", "error": {"type": reply.stream_error, "message": "x"}}
+                    events = head + f"event: error\ndata: {json.dumps(error)}\n\n".encode()
+                return events, "text/event-stream"
+
+        return Handler
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.released.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def serve() -> Iterator[AnthropicServer]:
+    """Run a server for one test (``yield from serve()`` in a fixture)."""
+    server = AnthropicServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
