@@ -6,8 +6,10 @@ duplicate keys, deep nesting, NUL, oversized text).
 :func:`validate_plan_action` applies the seed's ``validate_plan_action`` rules, in the
 seed's order and with its reason codes, plus ``depends_on`` and ``$ref`` checks, and, for
 the ``replan`` strategy, instruction steps and revised plans (a finished step's id may not
-come back). Both raise :class:`~taskdecomp.stops.StopRun`; nothing downstream ever sees an
-unchecked plan.
+come back). Both raise :class:`~taskdecomp.stops.StopRun` whose message names the part
+that broke the rule and what is allowed (the model is told it when the answer is sent back
+to be repaired); nothing downstream ever sees an unchecked plan. :func:`plain_plan` reads
+Eino's plain-string plans as instruction steps.
 """
 
 from __future__ import annotations
