@@ -332,3 +332,17 @@ def test_repairs_and_min_plan_steps_through_the_command_line(
     assert json.loads(out)["usage"]["repairs"] == 0
     code, _, err = cli(capsys, *args, "--min-plan-steps", "7", "--json")
     assert code == 2 and "min_plan_steps (7) is above max_plan_steps (6)" in err
+
+
+def test_post_runs_takes_the_new_budget_fields() -> None:
+    from pydantic import TypeAdapter, ValidationError
+
+    from taskdecomp.server.schemas import BudgetIn
+
+    budget = TypeAdapter(BudgetIn)
+    assert budget.validate_python({"repairs": 2, "min_plan_steps": 1}) == {
+        "repairs": 2,
+        "min_plan_steps": 1,
+    }
+    with pytest.raises(ValidationError):
+        budget.validate_python({"repairs": -1})
