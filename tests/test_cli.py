@@ -63,6 +63,8 @@ def test_a_stopped_run_exits_1(capsys: pytest.CaptureFixture[str], tmp_path: Pat
         model,
         "--max-plan-steps",
         "3",
+        "--repairs",
+        "0",
         "--json",
     )
     assert code == 1
@@ -83,6 +85,8 @@ def test_allow_flag_narrows_the_allowlist(
         model,
         "--allow",
         "fetch_sales_data, fetch_refund_data",
+        "--repairs",
+        "0",
         "--json",
     )
     assert code == 1

@@ -37,11 +37,29 @@ class Budget:
     """Most model spend in USD (``max_cost``)."""
     max_parallel: int = 8
     """Most steps of a DAG plan running at once."""
+    min_plan_steps: int = MIN_PLAN_STEPS
+    """Fewest steps a plan may have (``invalid_plan:min_steps``); 1 allows any plan."""
+    repairs: int = 1
+    """Times a refused answer (a plan, a revision, an action, a roll-up) is sent back with
+    the rule it broke, per answer; 0 stops at the first refusal."""
 
     def __post_init__(self) -> None:
-        for name in ("max_plan_steps", "max_execute_steps", "max_tool_calls", "max_parallel"):
+        for name in (
+            "max_plan_steps",
+            "max_execute_steps",
+            "max_tool_calls",
+            "max_parallel",
+            "min_plan_steps",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+        if self.min_plan_steps > self.max_plan_steps:
+            raise ValueError(
+                f"min_plan_steps ({self.min_plan_steps!r}) is above max_plan_steps "
+                f"({self.max_plan_steps!r}); lower the one or raise the other"
+            )
+        if self.repairs < 0:
+            raise ValueError(f"repairs must be 0 or more, got {self.repairs!r}")
         if not 0 < self.max_seconds < math.inf:
             raise ValueError(
                 f"max_seconds must be a positive, finite number, got {self.max_seconds!r}"
@@ -70,6 +88,8 @@ class Usage:
     """Model spend in USD; ``None`` when a call's cost was unknown (its model's price)."""
     seconds: float = 0.0
     """Wall time of the run."""
+    repairs: int = 0
+    """Refused answers sent back to the model to be repaired (each one more model call)."""
 
 
 @dataclass(kw_only=True)
@@ -86,6 +106,7 @@ class Meter:
     tokens_out: int = 0
     cost_usd: float | None = 0.0
     """``None`` once a call's cost was unknown: never counted as $0."""
+    repairs: int = 0
 
     def before_model_call(
         self, phase: LlmPhase, *, estimated_tokens: int, estimated_cost_usd: float | None = 0.0
@@ -168,6 +189,7 @@ class Meter:
             tokens_out=self.tokens_out,
             cost_usd=None if self.cost_usd is None else round(self.cost_usd, 8),
             seconds=round(seconds, 6),
+            repairs=self.repairs,
         )
 
 

@@ -22,6 +22,7 @@ from taskdecomp.events import (
     NodeFinished,
     NodeStarted,
     PlanCreated,
+    PlanRepaired,
     PlanRevised,
     ReplanDecided,
     RunStarted,
@@ -52,6 +53,13 @@ def event_data(event: Event) -> Mapping[str, Any]:
         return {"text": event.text, "attempt": event.attempt}
     if isinstance(event, PlanCreated):
         return {"steps": len(event.plan.steps)}
+    if isinstance(event, PlanRepaired):
+        return {
+            "phase": event.phase,
+            "rule": event.rule,
+            "message": _cut(event.message),
+            "attempt": event.attempt,
+        }
     if isinstance(event, StepStarted):
         return {"step_no": event.step_no, "step_id": event.step.id, "tool": event.step.tool}
     if isinstance(event, StepFinished):

@@ -86,6 +86,24 @@ class PlanCreated:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PlanRepaired:
+    """A model answer failed the policy boundary and was sent back with the rule it broke.
+
+    The model is asked again in the same phase (one more model call); ``attempt`` counts
+    the repairs of this answer, from 1.
+    """
+
+    run_id: RunId
+    phase: LlmPhase
+    """The call whose answer was refused (``plan``, ``replan``, ``execute``, ...)."""
+    rule: str
+    """The stop reason the answer would have ended the run with, e.g. ``invalid_plan:cycle``."""
+    message: str
+    """What broke it and what is allowed, as the model was told."""
+    attempt: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class StepStarted:
     """A step is about to call its tool."""
 
@@ -211,6 +229,7 @@ Event = (
     | ModelCalled
     | AnswerDelta
     | PlanCreated
+    | PlanRepaired
     | StepStarted
     | StepFinished
     | ReplanDecided

@@ -6,8 +6,10 @@ duplicate keys, deep nesting, NUL, oversized text).
 :func:`validate_plan_action` applies the seed's ``validate_plan_action`` rules, in the
 seed's order and with its reason codes, plus ``depends_on`` and ``$ref`` checks, and, for
 the ``replan`` strategy, instruction steps and revised plans (a finished step's id may not
-come back). Both raise :class:`~taskdecomp.stops.StopRun`; nothing downstream ever sees an
-unchecked plan.
+come back). Both raise :class:`~taskdecomp.stops.StopRun` whose message names the part
+that broke the rule and what is allowed (the model is told it when the answer is sent back
+to be repaired); nothing downstream ever sees an unchecked plan. :func:`plain_plan` reads
+Eino's plain-string plans as instruction steps.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ MAX_JSON_DEPTH = 32
 PLAN_KEYS = frozenset({"kind", "steps"})
 STEP_KEYS = frozenset({"id", "title", "tool", "args", "depends_on"})
 INSTRUCTION_STEP_KEYS = frozenset({"id", "title", "instruction", "depends_on"})
+TITLE_CHARS = 80
+"""Longest title given to a plain-string step (its instruction keeps the whole text)."""
 
 
 class _Rejected(ValueError):
@@ -110,21 +114,35 @@ def validate_plan_action(
             ``bad_ref:<step>`` for a reference to a step the step does not wait for.
     """
     if not isinstance(action, dict):
-        raise StopRun(invalid_plan("not_object"))
+        raise StopRun(
+            invalid_plan("not_object"),
+            message='the plan must be one JSON object: {"kind": "plan", "steps": [...]}',
+        )
     kind = action.get("kind")
     if kind == "invalid":
-        raise StopRun(invalid_plan("non_json"))
+        raise StopRun(invalid_plan("non_json"), message="the answer says no plan was made")
     if kind != "plan":
-        raise StopRun(invalid_plan("bad_kind"))
+        raise StopRun(invalid_plan("bad_kind"), message=f"kind must be 'plan', got {kind!r}")
     if set(action) - PLAN_KEYS:
-        raise StopRun(invalid_plan("extra_keys"))
+        extra = ", ".join(sorted(map(str, set(action) - PLAN_KEYS)))
+        raise StopRun(
+            invalid_plan("extra_keys"),
+            message=f"a plan has only the keys kind and steps; remove: {extra}",
+        )
     raw_steps = action.get("steps")
     if not isinstance(raw_steps, list) or not raw_steps:
-        raise StopRun(invalid_plan("missing_steps"))
+        raise StopRun(
+            invalid_plan("missing_steps"), message="steps must be a non-empty list of steps"
+        )
+    size = f"a plan has from {min_plan_steps} to {max_plan_steps} steps"
     if len(raw_steps) < min_plan_steps:
-        raise StopRun(invalid_plan("min_steps"))
+        raise StopRun(
+            invalid_plan("min_steps"), message=f"the plan has {len(raw_steps)} steps; {size}"
+        )
     if len(raw_steps) > max_plan_steps:
-        raise StopRun(invalid_plan("max_steps"))
+        raise StopRun(
+            invalid_plan("max_steps"), message=f"the plan has {len(raw_steps)} steps; {size}"
+        )
 
     steps: list[Step] = []
     seen_ids: set[str] = set()
@@ -146,6 +164,44 @@ def validate_plan_action(
     return plan
 
 
+def plain_plan(action: Any, *, first: int = 1, taken: Collection[str] = ()) -> Any:
+    """A plan given as plain step strings, as instruction steps; anything else unchanged.
+
+    Eino's default ``Plan`` is ``{"steps": ["do x", "do y"]}``: a list of texts, no kind,
+    no ids. That (with or without ``"kind": "plan"``), or a bare list of texts, becomes
+    ``{"kind": "plan", "steps": [{"id", "title", "instruction"}, ...]}``, each text the
+    instruction of a step and, on its first line cut to :data:`TITLE_CHARS`, its title.
+    Ids are ``step_<n>`` from ``first`` on, skipping the ``taken`` ones. The result still
+    goes through :func:`validate_plan_action`, like any plan.
+    """
+    texts = action.get("steps") if isinstance(action, dict) else action
+    if isinstance(action, dict) and (
+        set(action) - PLAN_KEYS or action.get("kind", "plan") != "plan"
+    ):
+        return action
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        return action
+    ids: list[str] = []
+    number = first
+    for _ in texts:
+        while f"step_{number}" in taken:
+            number += 1
+        ids.append(f"step_{number}")
+        number += 1
+    steps = [
+        {"id": step_id, "title": _title(text), "instruction": text}
+        for step_id, text in zip(ids, texts, strict=True)
+    ]
+    return {"kind": "plan", "steps": steps}
+
+
+def _title(text: str) -> str:
+    first_line = text.strip().split("\n", 1)[0].strip()
+    if len(first_line) <= TITLE_CHARS:
+        return first_line
+    return first_line[: TITLE_CHARS - 3].rstrip() + "..."
+
+
 def validate_step(
     raw: Any,
     index: int,
@@ -161,31 +217,51 @@ def validate_step(
         StopRun: ``invalid_plan:<rule>`` for the first rule the step breaks.
     """
     if not isinstance(raw, dict):
-        raise StopRun(invalid_plan(f"step_{index}_not_object"))
+        raise StopRun(
+            invalid_plan(f"step_{index}_not_object"),
+            message=f"step {index} must be a JSON object",
+        )
     is_instruction = allow_instructions and "instruction" in raw
     if is_instruction and "tool" in raw:
         raise StopRun(
             invalid_plan(f"step_{index}_tool_and_instruction"),
             message="a step has either a tool (with args) or an instruction, not both",
         )
-    if set(raw) - (INSTRUCTION_STEP_KEYS if is_instruction else STEP_KEYS):
-        raise StopRun(invalid_plan(f"step_{index}_extra_keys"))
+    keys = INSTRUCTION_STEP_KEYS if is_instruction else STEP_KEYS
+    if set(raw) - keys:
+        extra = ", ".join(sorted(map(str, set(raw) - keys)))
+        raise StopRun(
+            invalid_plan(f"step_{index}_extra_keys"),
+            message=f"step {index} has keys a step may not have: {extra}; "
+            f"allowed: {', '.join(sorted(keys))}",
+        )
     step_id = raw.get("id")
     if not isinstance(step_id, str) or not step_id.strip():
-        raise StopRun(invalid_plan(f"step_{index}_missing_id"))
+        raise StopRun(
+            invalid_plan(f"step_{index}_missing_id"), message=f"step {index} needs a text 'id'"
+        )
     if step_id in seen_ids or step_id.strip() in seen_ids:
-        raise StopRun(invalid_plan("duplicate_step_id"))
+        raise StopRun(
+            invalid_plan("duplicate_step_id"),
+            message=f"step {index} reuses the id {step_id!r}; give every step its own id",
+        )
     title = raw.get("title")
     if not isinstance(title, str) or not title.strip():
-        raise StopRun(invalid_plan(f"step_{index}_missing_title"))
+        raise StopRun(
+            invalid_plan(f"step_{index}_missing_title"),
+            message=f"step {index} needs a text 'title'",
+        )
     if is_instruction:
         return _instruction_step(raw, index, step_id, title)
     tool = raw.get("tool")
+    allowed = ", ".join(sorted(allowed_tools)) or "(none)"
     if not isinstance(tool, str) or not tool.strip():
-        raise StopRun(invalid_plan(f"step_{index}_missing_tool"))
+        raise StopRun(
+            invalid_plan(f"step_{index}_missing_tool"),
+            message=f"step {index} needs a 'tool'; allowed: {allowed}",
+        )
     tool = tool.strip()
     if tool not in allowed_tools:
-        allowed = ", ".join(sorted(allowed_tools)) or "(none)"
         raise StopRun(
             invalid_plan(f"tool_not_allowed:{tool}"),
             message=f"tool {tool!r} is not allowed; allowed: {allowed}",
@@ -194,7 +270,10 @@ def validate_step(
     if args is None:
         args = {}
     if not isinstance(args, dict):
-        raise StopRun(invalid_plan(f"step_{index}_bad_args"))
+        raise StopRun(
+            invalid_plan(f"step_{index}_bad_args"),
+            message=f"step {index}'s 'args' must be a JSON object",
+        )
     return Step(
         id=TaskId(step_id.strip()),
         title=title.strip(),
@@ -207,7 +286,10 @@ def validate_step(
 def _instruction_step(raw: dict[str, Any], index: int, step_id: str, title: str) -> Step:
     instruction = raw.get("instruction")
     if not isinstance(instruction, str) or not instruction.strip():
-        raise StopRun(invalid_plan(f"step_{index}_missing_instruction"))
+        raise StopRun(
+            invalid_plan(f"step_{index}_missing_instruction"),
+            message=f"step {index} needs a text 'instruction'",
+        )
     return Step(
         id=TaskId(step_id.strip()),
         title=title.strip(),
@@ -233,7 +315,12 @@ def _validate_dependencies(steps: list[Step], finished: frozenset[TaskId]) -> No
     for step in steps:
         for dep in step.depends_on or ():
             if dep not in ids:
-                raise StopRun(invalid_plan(f"unknown_dependency:{dep}"))
+                known = ", ".join(sorted(ids))
+                raise StopRun(
+                    invalid_plan(f"unknown_dependency:{dep}"),
+                    message=f"step {step.id!r} depends on {dep!r}, which is no step of the "
+                    f"plan; known: {known}",
+                )
     edges = {step.id: step.depends_on or () for step in steps}
     cycle = find_cycle(edges)
     if cycle is not None:

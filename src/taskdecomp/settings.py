@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     max_tokens: int | None = None
     max_cost_usd: float | None = None
     max_parallel: int | None = None
+    min_plan_steps: int | None = None
+    repairs: int | None = None
     database_url: str | None = None
     """Where runs are stored (``TASKDECOMP_DATABASE_URL``): ``sqlite:///PATH``, a file path,
     or ``postgresql://user@host/dbname``; default: a SQLite file in :attr:`home`."""

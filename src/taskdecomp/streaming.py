@@ -12,7 +12,10 @@ that runs in order.
 Nothing else changes: the whole answer is still parsed strictly and validated by every rule
 when it is complete, and a plan that then fails stops the run with the same
 ``invalid_plan:<rule>`` as an unstreamed one. Only ``read_only`` steps ever start early, so
-a plan that turns out invalid has called nothing that could not safely run again.
+a plan that turns out invalid has called nothing that could not safely run again. When the
+invalid plan is sent back to be repaired, nothing more starts early; the steps that did
+started keep running, and the repaired plan must keep them where they were
+(:meth:`EarlySteps.check_kept`).
 """
 
 from __future__ import annotations
@@ -20,16 +23,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 from typing import Any
 
 import jiter
 
-from taskdecomp.plan import Step, TaskId
+from taskdecomp.plan import Plan, Step, TaskId
 from taskdecomp.policy import validate_step
 from taskdecomp.refs import has_refs
 from taskdecomp.runtime import RunContext
 from taskdecomp.scheduler import run_step
-from taskdecomp.stops import StopRun
+from taskdecomp.stops import StopRun, invalid_plan
 
 
 class PlanStream:
@@ -63,6 +67,11 @@ class PlanStream:
                     return whole
         steps = _plan_steps(text, partial=True)
         return steps[:-1] if steps else []
+
+
+def _does(step: Step) -> tuple[object, ...]:
+    """What a step does: its id, tool, arguments and dependencies (not its title)."""
+    return (step.id, step.tool, json.dumps(dict(step.args), sort_keys=True), step.depends_on)
 
 
 def _plan_steps(text: str, *, partial: bool) -> list[Any] | None:
@@ -118,6 +127,28 @@ class EarlySteps:
     def close(self) -> None:
         """Start nothing more."""
         self._closed = True
+
+    def check_kept(self, plan: Plan) -> None:
+        """Refuse ``plan`` unless it keeps every step that started early, where it was.
+
+        A refused answer's steps may already have started (they are ``read_only``); a
+        repaired plan must keep them unchanged, at the same positions, since their results
+        are on record.
+
+        Raises:
+            StopRun: ``invalid_plan:started_step_changed``, naming the step and its place.
+        """
+        for step_no, step in enumerate(self._seen, start=1):
+            if step.id not in self._tasks:
+                continue
+            kept = plan.steps[step_no - 1] if step_no <= len(plan.steps) else None
+            if kept is None or _does(kept) != _does(step):
+                raise StopRun(
+                    invalid_plan("started_step_changed"),
+                    message=f"step {step_no} ({step.id!r}, tool {step.tool!r}, args "
+                    f"{json.dumps(dict(step.args), sort_keys=True)}) has already started; keep "
+                    f"it unchanged as step {step_no}",
+                )
 
     async def handover(self) -> dict[TaskId, asyncio.Task[None]]:
         """Start nothing more; return the steps still running, for the scheduler to await.

@@ -170,7 +170,16 @@ def test_an_untyped_function_is_named_when_loaded_and_when_a_plan_uses_it(
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"kind": "plan", "steps": steps}]))
     code, out, err = cli(
-        capsys, "run", "g", "--tools", str(toolset), "--model", f"scripted:{script}", "--json"
+        capsys,
+        "run",
+        "g",
+        "--tools",
+        str(toolset),
+        "--model",
+        f"scripted:{script}",
+        "--repairs",
+        "0",
+        "--json",
     )
     assert code == 1
     assert re.search(r"warning: toolset '.*mytools.py': skipped 'helper': it has no type", err)

@@ -290,7 +290,9 @@ def test_an_answer_cut_off_by_the_length_limit_is_never_parsed(fake_openai: Fake
 def test_truncated_json_that_claims_to_be_complete_is_non_json(fake_openai: FakeOpenAI) -> None:
     fake_openai.queue(ok(PLAN[:40]))
 
-    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+    result = run_sync(
+        SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai), budget=Budget(repairs=0)
+    )
 
     assert result.stop_reason == "invalid_plan:non_json"
     assert result.raw_plan == PLAN[:40]

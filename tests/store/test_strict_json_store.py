@@ -65,6 +65,8 @@ def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], plan: str, db: str) 
         str(tmp_path / "tools.py"),
         "--model",
         f"scripted:{tmp_path / 'script.json'}",
+        "--repairs",
+        "0",
         "--db",
         db,
         "--json",

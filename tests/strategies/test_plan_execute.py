@@ -29,12 +29,15 @@ from tests.conftest import EXAMPLES, SALES_TOOLS
 from tests.support import SEED_GOAL, SEED_TOOLS, FixedModel, plan_of, seed_plan, step
 
 ANSWER = "Summary written from history."
+NO_REPAIRS = Budget(repairs=0)
+"""The boundary's own rules: a refused plan stops the run (repairs: test_repairs.py)."""
 
 
 def run_seed(
     *responses: Any, tools: Any = SALES_TOOLS, **kwargs: Any
 ) -> tuple[RunResult, ScriptedModel]:
     model = ScriptedModel(responses=list(responses))
+    kwargs.setdefault("budget", NO_REPAIRS)
     return run_sync(SEED_GOAL, tools=tools, model=model, **kwargs), model
 
 
@@ -105,6 +108,7 @@ def test_result_json_has_the_seed_keys_plus_run_id_and_usage() -> None:
         "tokens_out",
         "cost_usd",
         "seconds",
+        "repairs",
     }
 
 
@@ -147,7 +151,7 @@ def test_allowed_but_unregistered_tool_is_tool_missing() -> None:
 
 
 def test_max_plan_steps_3_rejects_the_five_step_plan() -> None:
-    result, _ = run_seed(seed_plan(), ANSWER, budget=Budget(max_plan_steps=3))
+    result, _ = run_seed(seed_plan(), ANSWER, budget=Budget(max_plan_steps=3, repairs=0))
     assert result.stop_reason == "invalid_plan:max_steps"
     assert result.usage.tool_calls == 0
 

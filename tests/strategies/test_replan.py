@@ -39,6 +39,7 @@ def respond(text: str = "Net sales were $26,825.") -> dict[str, Any]:
 def replan(*responses: Any, tools: Any = SALES_TOOLS, **kwargs: Any) -> tuple[RunResult, Any]:
     model = ScriptedModel(responses=list(responses))
     options = kwargs.pop("options", None) or ReplanOptions()
+    kwargs.setdefault("budget", Budget(repairs=0))  # the rules themselves; repairs: test_repairs
     result = run_sync(
         SEED_GOAL, tools=tools, model=model, strategy="replan", replan=options, **kwargs
     )
@@ -328,5 +329,5 @@ def test_the_step_budget_covers_every_revision() -> None:
 def test_plan_execute_still_refuses_instruction_steps() -> None:
     plan = {"kind": "plan", "steps": [{"id": "s1", "title": "x", "instruction": "y"}] * 3}
     model = ScriptedModel(responses=[plan])
-    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model)
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model, budget=Budget(repairs=0))
     assert result.stop_reason == "invalid_plan:step_1_extra_keys"

@@ -114,7 +114,7 @@ def test_untyped_functions_are_listed_as_skipped_and_named_when_a_plan_uses_one(
             for i, tool in enumerate(["typed", "untyped", "typed"])
         ],
     }
-    result = run_sync("g", tools=toolset, model=scripted(plan))
+    result = run_sync("g", tools=toolset, model=scripted(plan), budget=Budget(repairs=0))
     assert result.stop_reason == "invalid_plan:tool_not_allowed:untyped"
     assert result.message is not None
     assert result.message.startswith("tool 'untyped' is not allowed; allowed: typed; ")

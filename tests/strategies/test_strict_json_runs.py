@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from taskdecomp import RunResult, ScriptedModel, SqlStore, run_sync
+from taskdecomp import Budget, RunResult, ScriptedModel, SqlStore, run_sync
 
 PLAN_TEMPLATE = (
     '{"kind": "plan", "steps": ['
@@ -54,7 +54,7 @@ def go(plan_text: str, tools: Scales, **kwargs: Any) -> RunResult:
 @pytest.mark.parametrize("number", ["1e400", "-1e400", "1e309", "NaN", '[1, {"y": -1e999}]'])
 def test_a_non_finite_plan_argument_is_an_invalid_plan(number: str) -> None:
     tools = Scales()
-    result = go(PLAN_TEMPLATE % number, tools)
+    result = go(PLAN_TEMPLATE % number, tools, budget=Budget(repairs=0))
     assert result.stop_reason == "invalid_plan:non_json"
     assert "non-finite number" in (result.message or "")
     assert tools.calls == [] and result.usage.tool_calls == 0 and result.trace == ()

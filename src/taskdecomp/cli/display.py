@@ -39,6 +39,7 @@ from taskdecomp.events import (
     NodeFinished,
     NodeStarted,
     PlanCreated,
+    PlanRepaired,
     PlanRevised,
     ReplanDecided,
     StepFinished,
@@ -362,6 +363,13 @@ class Activity:
             self._print(("model ", "dim"), event.phase, " ", mark, f" ({event.seconds:.2f}s)")
         elif isinstance(event, PlanCreated):
             self._print(("plan ", "dim"), f"{len(event.plan.steps)} steps")
+        elif isinstance(event, PlanRepaired):
+            self._print(
+                ("repair ", "yellow"),
+                f"{event.phase} answer {event.attempt}: ",
+                literal(event.rule),
+                literal(f" ({one_line(event.message)})" if event.message else "", limit=RESULT),
+            )
         elif isinstance(event, StepStarted):
             self._steps[event.step_no] = (event.step.tool_name, time.monotonic())
             step = event.step

@@ -66,6 +66,14 @@ if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its
 @price_options
 @click.option("--allow", help="Comma-separated tools the plan may use (default: all).")
 @click.option("--max-plan-steps", type=click.IntRange(min=1), help="Most steps in a plan. [6]")
+@click.option(
+    "--min-plan-steps", type=click.IntRange(min=1), help="Fewest steps in a plan_execute plan. [3]"
+)
+@click.option(
+    "--repairs",
+    type=click.IntRange(min=0),
+    help="Times a refused plan, revision or action is sent back with the rule it broke. [1]",
+)
 @click.option("--max-execute-steps", type=click.IntRange(min=1), help="Most steps run. [8]")
 @click.option("--max-tool-calls", type=click.IntRange(min=1), help="Most tool calls. [8]")
 @click.option("--max-seconds", type=click.FloatRange(min=0, min_open=True), help="Deadline. [60]")

@@ -136,6 +136,14 @@ def worker_command(
 @click.option("--idempotency-key", help="Submitting the same key again gives the same run.")
 @click.option("--allow", help="Comma-separated tools the plan may use (default: all).")
 @click.option("--max-plan-steps", type=click.IntRange(min=1), help="Most steps in a plan. [6]")
+@click.option(
+    "--min-plan-steps", type=click.IntRange(min=1), help="Fewest steps in a plan_execute plan. [3]"
+)
+@click.option(
+    "--repairs",
+    type=click.IntRange(min=0),
+    help="Times a refused plan, revision or action is sent back with the rule it broke. [1]",
+)
 @click.option("--max-execute-steps", type=click.IntRange(min=1), help="Most steps run. [8]")
 @click.option("--max-tool-calls", type=click.IntRange(min=1), help="Most tool calls. [8]")
 @click.option(

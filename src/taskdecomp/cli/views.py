@@ -107,7 +107,7 @@ def usage_line(result: RunResult) -> Text:
     return literal(
         f"run {result.run_id} · {usage.llm_calls} model calls · {usage.tool_calls} tool "
         f"calls · {usage.tokens_in}+{usage.tokens_out} tokens · {cost_text(usage.cost_usd)} · "
-        f"{usage.seconds:.2f}s",
+        f"{usage.seconds:.2f}s" + (f" · {usage.repairs} repaired" if usage.repairs else ""),
         "dim",
     )
 

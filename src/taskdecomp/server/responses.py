@@ -51,6 +51,8 @@ class Usage(_Out):
     """Model spend in USD; ``null`` when a model's price is unknown."""
     seconds: float
     """Wall time of the run."""
+    repairs: int = 0
+    """Refused answers sent back to the model to be repaired."""
 
 
 class Step(_Out):

@@ -33,6 +33,8 @@ class BudgetIn(TypedDict, total=False):
     max_tokens: Annotated[int, Field(ge=0)]
     max_cost_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     max_parallel: Annotated[int, Field(ge=1, le=64)]
+    min_plan_steps: Annotated[int, Field(ge=1, le=1000)]
+    repairs: Annotated[int, Field(ge=0, le=10)]
 
 
 class ReplanIn(_Body):

@@ -1,7 +1,9 @@
 """The ``plan_execute`` strategy (seed 000/001): plan once, validate, execute, combine.
 
 1. The planner model gets the goal and the catalog of allowed tools and returns a JSON plan.
-2. The policy boundary parses and validates it; an invalid plan never reaches a tool.
+2. The policy boundary parses and validates it; an invalid plan never reaches a tool. It
+   is sent back with the rule it broke, up to ``Budget.repairs`` times
+   (:mod:`taskdecomp.repairs`), before the run stops with that rule.
 3. The scheduler runs the steps through the gateway (in order, or as a DAG).
 4. One combine call, without tools, writes the answer from the history.
 
@@ -18,15 +20,17 @@ from typing import Any
 
 from taskdecomp import answers
 from taskdecomp.answertype import AnswerType
-from taskdecomp.budget import MIN_PLAN_STEPS, Budget
-from taskdecomp.models import Model, ModelRequest
+from taskdecomp.budget import Budget
+from taskdecomp.models import Model, ModelRequest, ModelResponse
 from taskdecomp.models.base import streams
 from taskdecomp.models.schemas import plan_schema
 from taskdecomp.plan import Plan, TaskId
 from taskdecomp.policy import parse_model_json, validate_plan_action
 from taskdecomp.prompts import render
+from taskdecomp.repairs import ask_checked
 from taskdecomp.runtime import RunContext
 from taskdecomp.scheduler import execute_plan
+from taskdecomp.stops import StopRun
 from taskdecomp.store.base import StoredRun
 from taskdecomp.strategies.base import (
     Outcome,
@@ -127,24 +131,39 @@ async def _plan(
         "max_plan_steps": budget.max_plan_steps,
         "goal": ctx.goal,
     }
-    system = render("planner", min_steps=MIN_PLAN_STEPS, max_steps=budget.max_plan_steps)
+    least, most = budget.min_plan_steps, budget.max_plan_steps
     request = ModelRequest(
         phase="plan",
         messages=(
-            {"role": "system", "content": system},
+            {"role": "system", "content": render("planner", min_steps=least, max_steps=most)},
             {"role": "user", "content": json.dumps(payload, ensure_ascii=True)},
         ),
-        json_schema=plan_schema(catalog, min_steps=MIN_PLAN_STEPS, max_steps=budget.max_plan_steps),
+        json_schema=plan_schema(catalog, min_steps=least, max_steps=most),
         schema_name="plan",
         goal=ctx.goal,
     )
+
+    def check(response: ModelResponse) -> Plan:
+        try:
+            outcome.raw_plan = response.text
+            outcome.raw_plan = action = parse_model_json(response.text)
+            plan = validate_plan_action(
+                action,
+                max_plan_steps=budget.max_plan_steps,
+                min_plan_steps=budget.min_plan_steps,
+                allowed_tools=allowed,
+            )
+            if early is not None:
+                early.check_kept(plan)
+        except StopRun:
+            if early is not None:
+                early.close()  # a repaired plan starts nothing early
+            raise
+        return plan
+
     try:
-        response = await ctx.ask(_streamed(request, early) if early is not None else request)
-        outcome.raw_plan = response.text
-        action = parse_model_json(response.text)
-        outcome.raw_plan = action
-        plan = validate_plan_action(
-            action, max_plan_steps=budget.max_plan_steps, allowed_tools=allowed
+        plan = await ask_checked(
+            ctx, _streamed(request, early) if early is not None else request, check
         )
     except BaseException:
         if early is not None:

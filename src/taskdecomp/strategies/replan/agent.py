@@ -3,7 +3,8 @@
 Each turn the model sees the objective, the plan, the executed steps with their results,
 the current step and its own earlier actions in this step with what they returned (Eino's
 ``ExecutorPrompt`` variables), and answers with one action that the policy boundary checks:
-call an allowed tool, or finish with the step's result. Every call goes through the
+call an allowed tool, or finish with the step's result; a refused action is sent back
+with the rule it broke, up to ``Budget.repairs`` times. Every call goes through the
 gateway (allowlist, budgets, loop detection, argument schema, timeout, approvals) and is
 traced and journaled like any tool step; an ``unsafe`` call commits its intent first. At
 most ``max_turns`` turns per step (Eino's default: 20), then ``max_agent_turns:<step>``.
@@ -21,13 +22,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from taskdecomp.events import AgentTurn
-from taskdecomp.models import ModelRequest
+from taskdecomp.models import ModelRequest, ModelResponse
 from taskdecomp.plan import Step
 from taskdecomp.prompts import render
+from taskdecomp.repairs import ask_checked
 from taskdecomp.runtime import RunContext
 from taskdecomp.scheduler import call_tool
 from taskdecomp.stops import StopRun, with_detail
-from taskdecomp.strategies.replan.boundary import Decompose, Finish, validate_action
+from taskdecomp.strategies.replan.boundary import Call, Decompose, Finish, validate_action
 from taskdecomp.strategies.replan.schemas import action_schema
 
 Progress = Callable[[], Mapping[str, Any]]
@@ -104,10 +106,7 @@ class ExecutorAgent:
         ctx = self._ctx
         turns = self._log.turns(step.id)
         for turn in range(len(turns) + 1, self._max_turns + 1):
-            response = await ctx.ask(self._request(step, turns, turn))
-            action = validate_action(
-                response.text, allowed_tools=ctx.gateway.allow, decompose=self._decompose
-            )
+            action = await ask_checked(ctx, self._request(step, turns, turn), self._check)
             if isinstance(action, Decompose):
                 ctx.events.emit(_turn(ctx, step_no, step, turn, "decompose", None))
                 self._log.finished(step.id)
@@ -131,6 +130,12 @@ class ExecutorAgent:
             with_detail("max_agent_turns", step.id),
             message=f"the executor agent did not finish step {step.id!r} in "
             f"{self._max_turns} turns",
+        )
+
+    def _check(self, response: ModelResponse) -> Call | Finish | Decompose:
+        """One action, through the policy boundary (a refused one is sent back to repair)."""
+        return validate_action(
+            response.text, allowed_tools=self._ctx.gateway.allow, decompose=self._decompose
         )
 
     def _recorder(

@@ -7,7 +7,8 @@ on them:
   or a revised plan ``{"kind": "plan", "steps": [...]}`` (the remaining steps only). A
   plan goes through the same rules as a first plan (allowlist, ids, dependencies, cycles,
   step limits) and its ids may not reuse a finished step's; it fails with
-  ``invalid_plan:<rule>``. An answer that is neither fails with ``invalid_replan:<rule>``.
+  ``invalid_plan:<rule>``. A plan of plain step strings (Eino's default ``Plan``) is taken
+  as instruction steps. An answer that is neither fails with ``invalid_replan:<rule>``.
 - an **action** (:func:`validate_action`) is ``{"kind": "call", "tool": NAME, "args":
   {...}}`` or ``{"kind": "finish", "result": ...}``; it fails with
   ``invalid_action:<rule>``, and a refused call never reaches the gateway.
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskdecomp.plan import Plan, TaskId
-from taskdecomp.policy import parse_model_json, validate_plan_action
+from taskdecomp.policy import parse_model_json, plain_plan, validate_plan_action
 from taskdecomp.stops import StopRun, with_detail
 
 RESPOND_KEYS = frozenset({"kind", "response"})
@@ -83,17 +84,25 @@ def validate_decision(
     allowed_tools: Collection[str],
     max_plan_steps: int,
     finished: Collection[TaskId],
+    first: int = 1,
+    taken: Collection[str] = (),
 ) -> Respond | Plan:
     """Parse and check the replanner's answer.
+
+    Eino's shapes are accepted too: ``{"steps": ["do x", ...]}`` (plain step strings, made
+    instruction steps with ids ``step_<n>`` from ``first``, none of them in ``taken``) and
+    ``{"response": "..."}`` without a kind.
 
     Raises:
         StopRun: ``invalid_replan:<rule>`` (``non_json``, ``not_object``, ``bad_kind``,
             ``extra_keys``, ``missing_response``), or, for a plan, ``invalid_plan:<rule>``
             or ``bad_ref:<step>``.
     """
-    action = _parse(text, "invalid_replan")
+    action = plain_plan(_parse(text, "invalid_replan"), first=first, taken=taken)
     if not isinstance(action, dict):
         raise invalid_replan("not_object", "the answer must be a JSON object")
+    if set(action) == {"response"}:  # Eino's Response
+        action = {"kind": "respond", **action}
     kind = action.get("kind")
     if kind == "plan":
         return validate_plan_action(

@@ -1,6 +1,7 @@
 """The plan -> execute -> replan loop (Eino's ``planexecute``), on the shared engine.
 
-1. The planner writes a plan of tool steps and instruction steps (validated like any plan).
+1. The planner writes a plan of tool steps and instruction steps (validated like any plan;
+   Eino's plain ``{"steps": ["do x", ...]}`` is taken as instruction steps).
 2. The steps that are ready run together: a **wave** (for a plan without ``depends_on``, one
    step: exactly Eino's loop). Tool steps go straight to the gateway, with no model call;
    instruction steps go to the executor agent.
@@ -12,7 +13,9 @@
 So a run that needs no revision costs two model calls in all, whatever its width. With
 ``approve_plan`` the run pauses (``awaiting_approval``) before a plan runs, and before a
 revision that changes the remaining steps; an approval is never asked twice for the same
-plan. The loop's state is checkpointed after every replanner decision, so a resumed run
+plan. A plan, a revision or an action that the policy boundary refuses is sent back with
+the rule it broke, up to ``Budget.repairs`` times (:mod:`taskdecomp.repairs`). The loop's
+state is checkpointed after every replanner decision, so a resumed run
 continues where it was.
 """
 
@@ -31,11 +34,12 @@ from taskdecomp.approvals import ApprovalRequest
 from taskdecomp.budget import Budget
 from taskdecomp.errors import CorruptRecordError
 from taskdecomp.events import PlanCreated, PlanRevised, ReplanDecided
-from taskdecomp.models import ModelRequest
+from taskdecomp.models import ModelRequest, ModelResponse
 from taskdecomp.models.schemas import plan_schema
 from taskdecomp.plan import Plan, Step, TaskId
-from taskdecomp.policy import parse_model_json, validate_plan_action
+from taskdecomp.policy import parse_model_json, plain_plan, validate_plan_action
 from taskdecomp.prompts import render
+from taskdecomp.repairs import ask_checked
 from taskdecomp.runtime import RunContext
 from taskdecomp.scheduler import execute_wave
 from taskdecomp.stops import StopRun
@@ -337,19 +341,23 @@ class _Loop:
         schema = plan_schema(
             self.catalog, min_steps=1, max_steps=budget.max_plan_steps, instructions=True
         )
-        response = await ctx.ask(_request("plan", system, payload, schema, goal=ctx.goal))
+        request = _request("plan", system, payload, schema, goal=ctx.goal)
+        plan = await ask_checked(ctx, request, self._check_plan)
+        self.outcome.raw_plan = None
+        return plan
+
+    def _check_plan(self, response: ModelResponse) -> Plan:
+        """The first plan, through the policy boundary (plain step strings accepted)."""
         self.outcome.raw_plan = response.text
         action = parse_model_json(response.text)
         self.outcome.raw_plan = action
-        plan = validate_plan_action(
-            action,
-            max_plan_steps=budget.max_plan_steps,
-            allowed_tools=ctx.gateway.allow,
+        return validate_plan_action(
+            plain_plan(action),
+            max_plan_steps=self.budget.max_plan_steps,
+            allowed_tools=self.ctx.gateway.allow,
             min_plan_steps=1,
             allow_instructions=True,
         )
-        self.outcome.raw_plan = None
-        return plan
 
     async def _decide(self) -> Respond | Plan:
         ctx = self.ctx
@@ -359,20 +367,27 @@ class _Loop:
         system = render("replan/replanner", directory=self.options.prompts)
         numbers = self.state.numbers()
         finished = sorted(done, key=numbers.__getitem__)
+        first = len(self.state.steps) + 1
         schema = decision_schema(
             self.catalog,
             max_steps=self.budget.max_plan_steps,
-            first=len(self.state.steps) + 1,
+            first=first,
             finished=finished,
         )
-        response = await ctx.ask(_request("replan", system, payload, schema, goal=ctx.goal))
-        self.outcome.raw_plan = response.text
-        decision = validate_decision(
-            response.text,
-            allowed_tools=ctx.gateway.allow,
-            max_plan_steps=self.budget.max_plan_steps,
-            finished=done,
-        )
+
+        def check(response: ModelResponse) -> Respond | Plan:
+            self.outcome.raw_plan = response.text
+            return validate_decision(
+                response.text,
+                allowed_tools=ctx.gateway.allow,
+                max_plan_steps=self.budget.max_plan_steps,
+                finished=done,
+                first=first,
+                taken=self.state.steps,
+            )
+
+        request = _request("replan", system, payload, schema, goal=ctx.goal)
+        decision = await ask_checked(ctx, request, check)
         self.outcome.raw_plan = None
         ctx.events.emit(
             ReplanDecided(

@@ -9,7 +9,7 @@ from typing import Any
 
 from taskdecomp.errors import ConfigError
 from taskdecomp.plan import Plan
-from taskdecomp.policy import validate_plan_action
+from taskdecomp.policy import plain_plan, validate_plan_action
 from taskdecomp.runconfig import StoredConfig
 from taskdecomp.stops import StopRun
 from taskdecomp.store.base import StoredRun
@@ -86,7 +86,8 @@ class Replan:
         Raises:
             ConfigError: the edited plan breaks a rule (named); nothing changes.
         """
-        action = {"kind": "plan", "steps": plan} if isinstance(plan, list) else plan
+        action = plain_plan(plan, taken=stored.finished_steps())
+        action = {"kind": "plan", "steps": action} if isinstance(action, list) else action
         try:
             edited = validate_plan_action(
                 action,

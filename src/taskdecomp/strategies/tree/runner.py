@@ -30,8 +30,9 @@ from typing import Any
 from taskdecomp import stops
 from taskdecomp.errors import TreeNotFoundError
 from taskdecomp.gateway import LOOP_SCOPE
-from taskdecomp.models import ModelRequest
+from taskdecomp.models import ModelRequest, ModelResponse
 from taskdecomp.prompts import render
+from taskdecomp.repairs import ask_checked
 from taskdecomp.runtime import RunContext
 from taskdecomp.stops import StopRun, with_detail
 from taskdecomp.store.trees import TreeRepository
@@ -400,8 +401,9 @@ class TreeRun:
             result = results[0]
         else:
             async with self.slots:
-                response = await self.ctx.ask(self._rollup_request(node, kids, results))
-            result = response.text.strip()
+                result = await ask_checked(
+                    self.ctx, self._rollup_request(node, kids, results), _rolled_up
+                )
         self.records.ok(node_id, step, result, started=started)
         return True
 
@@ -426,6 +428,11 @@ class TreeRun:
             ),
             goal=self.ctx.goal,
         )
+
+
+def _rolled_up(response: ModelResponse) -> str:
+    """A roll-up's result: its text (any text passes; a check that refuses one repairs it)."""
+    return response.text.strip()
 
 
 def _failure_text(reason: str, message: str | None) -> str:
