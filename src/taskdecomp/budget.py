@@ -70,6 +70,8 @@ class Usage:
     """Model spend in USD."""
     seconds: float = 0.0
     """Wall time of the run."""
+    estimated: bool = False
+    """Some token counts are estimated: a server sent none for a call."""
 
 
 @dataclass(kw_only=True)
@@ -85,6 +87,7 @@ class Meter:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
+    estimated: bool = False
 
     def before_model_call(
         self, phase: LlmPhase, *, estimated_tokens: int, estimated_cost_usd: float = 0.0
@@ -117,9 +120,15 @@ class Meter:
         self.llm_calls += 1
 
     def after_model_call(
-        self, phase: LlmPhase, *, tokens_in: int, tokens_out: int, cost_usd: float
+        self,
+        phase: LlmPhase,
+        *,
+        tokens_in: int,
+        tokens_out: int,
+        cost_usd: float,
+        estimated: bool = False,
     ) -> None:
-        """Account a finished call.
+        """Account a finished call (``estimated``: its token counts are estimates).
 
         Raises:
             StopRun: ``max_tokens`` or ``max_cost`` when the call went over the budget.
@@ -127,6 +136,7 @@ class Meter:
         self.tokens_in += tokens_in
         self.tokens_out += tokens_out
         self.cost_usd += cost_usd
+        self.estimated = self.estimated or estimated
         budget = self.budget
         if budget.max_tokens is not None and self.tokens > budget.max_tokens:
             raise StopRun(stops.MAX_TOKENS, llm_phase=phase)
@@ -157,4 +167,5 @@ class Meter:
             tokens_out=self.tokens_out,
             cost_usd=round(self.cost_usd, 8),
             seconds=round(seconds, 6),
+            estimated=self.estimated,
         )

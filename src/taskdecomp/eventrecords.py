@@ -46,6 +46,7 @@ def event_data(event: Event) -> Mapping[str, Any]:
             "tokens_in": event.tokens_in,
             "tokens_out": event.tokens_out,
             "seconds": round(event.seconds, 6),
+            **({"estimated": True} if event.estimated else {}),
         }
     if isinstance(event, PlanCreated):
         return {"steps": len(event.plan.steps)}

@@ -23,6 +23,7 @@ from taskdecomp.cli._app import (
     EXIT_STOPPED,
     GOAL_FILE_OPTION,
     LOCAL_THREADS_OPTION,
+    OUTPUT_MODE_OPTION,
     app,
     build_models,
     debug_enabled,
@@ -40,6 +41,7 @@ from taskdecomp.durability import Durability
 if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its usage error
     from taskdecomp.events import Event, Subscriber
     from taskdecomp.models import Model
+    from taskdecomp.models.outputs import OutputMode
     from taskdecomp.run import RunResult
     from taskdecomp.store import RunSummary, SqlStore, StoredRun
 
@@ -61,6 +63,7 @@ if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its
     "--base-url",
     help="OpenAI-compatible server for openai: models.  [env: OPENAI_BASE_URL]",
 )
+@OUTPUT_MODE_OPTION
 @click.option("--allow", help="Comma-separated tools the plan may use (default: all).")
 @click.option("--max-plan-steps", type=click.IntRange(min=1), help="Most steps in a plan. [6]")
 @click.option("--max-execute-steps", type=click.IntRange(min=1), help="Most steps run. [8]")
@@ -114,6 +117,7 @@ def run_command(
     model: str | None,
     combiner_model: str | None,
     base_url: str | None,
+    output_mode: OutputMode | None,
     allow: str | None,
     strategy: str,
     option_pairs: tuple[str, ...],
@@ -171,6 +175,7 @@ def run_command(
         choose_model(model, settings, openai_settings, local_available=_app.local_model_available),
         combiner_model or settings.combiner_model,
         base_url=base_url,
+        output_mode=output_mode,
     )
     allowed = names(allow)
     durable.lease_seconds(settings.lease_seconds)  # refused here, before a store is created
@@ -362,6 +367,7 @@ def show_command(run_id: str, as_json: bool, db: str | None) -> int:
 @click.option("--model", help="Planner model (default: the run's).")
 @click.option("--combiner-model", help="Model for the combine call (default: the run's).")
 @click.option("--base-url", help="OpenAI-compatible server for openai: models.")
+@OUTPUT_MODE_OPTION
 @click.option("--allow", help="Comma-separated tools the plan may use (default: the run's).")
 @click.option(
     "--max-seconds",
@@ -379,6 +385,7 @@ def resume_command(
     model: str | None,
     combiner_model: str | None,
     base_url: str | None,
+    output_mode: OutputMode | None,
     allow: str | None,
     max_seconds: float | None,
     as_json: bool,
@@ -418,7 +425,7 @@ def resume_command(
         budget = runconfig.stored_config(stored).budget
         if max_seconds is not None:
             budget = dataclasses.replace(budget, max_seconds=max_seconds)
-        planner, combiner = _resume_models(stored, model, combiner_model, base_url)
+        planner, combiner = _resume_models(stored, model, combiner_model, base_url, output_mode)
         source = tools or stored.tools  # none stored: the strategy's own (a workflow's) or an error
         toolset = load_tools(source) if source is not None else None
         return until_done(
@@ -439,7 +446,11 @@ def resume_command(
 
 
 def _resume_models(
-    stored: StoredRun, model: str | None, combiner_model: str | None, base_url: str | None
+    stored: StoredRun,
+    model: str | None,
+    combiner_model: str | None,
+    base_url: str | None,
+    output_mode: OutputMode | None,
 ) -> tuple[Model | None, Model | str | None]:
     from taskdecomp import runconfig
 
@@ -447,7 +458,7 @@ def _resume_models(
     if planner_spec is None:
         return None, combiner_model  # resume() explains what is missing
     combiner_spec = combiner_model or runconfig.stored_config(stored).combiner_model
-    return build_models(planner_spec, combiner_spec, base_url=base_url)
+    return build_models(planner_spec, combiner_spec, base_url=base_url, output_mode=output_mode)
 
 
 def _summary_dict(summary: RunSummary) -> dict[str, Any]:
