@@ -82,9 +82,10 @@ def test_a_server_that_refuses_json_schema_is_asked_with_a_forced_tool_call(
     assert fake_openai.modes() == ["native", "tool", "tool"]  # remembered: no second probe
     native, tool, _ = fake_openai.plan_requests()
     assert tool["tools"][0]["function"]["name"] == "answer"
-    assert tool["tools"][0]["function"]["parameters"] == native["response_format"][
-        "json_schema"
-    ]["schema"]
+    assert (
+        tool["tools"][0]["function"]["parameters"]
+        == native["response_format"]["json_schema"]["schema"]
+    )
     assert tool["tool_choice"] == {"type": "function", "function": {"name": "answer"}}
     assert chosen.output_mode == "tool"
 
