@@ -90,6 +90,8 @@ class Usage:
     """Wall time of the run."""
     repairs: int = 0
     """Refused answers sent back to the model to be repaired (each one more model call)."""
+    estimated: bool = False
+    """Some token counts are estimated: a server sent none for a call."""
 
 
 @dataclass(kw_only=True)
@@ -107,6 +109,7 @@ class Meter:
     cost_usd: float | None = 0.0
     """``None`` once a call's cost was unknown: never counted as $0."""
     repairs: int = 0
+    estimated: bool = False
 
     def before_model_call(
         self, phase: LlmPhase, *, estimated_tokens: int, estimated_cost_usd: float | None = 0.0
@@ -143,9 +146,15 @@ class Meter:
             )
 
     def after_model_call(
-        self, phase: LlmPhase, *, tokens_in: int, tokens_out: int, cost_usd: float | None
+        self,
+        phase: LlmPhase,
+        *,
+        tokens_in: int,
+        tokens_out: int,
+        cost_usd: float | None,
+        estimated: bool = False,
     ) -> None:
-        """Account a finished call.
+        """Account a finished call (``estimated``: its token counts are estimates).
 
         Raises:
             StopRun: ``max_tokens`` or ``max_cost`` when the call went over the budget.
@@ -156,6 +165,7 @@ class Meter:
             self.cost_usd += cost_usd
         else:
             self.cost_usd = None  # unknown from now on, never counted as $0
+        self.estimated = self.estimated or estimated
         budget = self.budget
         if budget.max_tokens is not None and self.tokens > budget.max_tokens:
             raise StopRun(stops.MAX_TOKENS, llm_phase=phase)
@@ -190,6 +200,7 @@ class Meter:
             cost_usd=None if self.cost_usd is None else round(self.cost_usd, 8),
             seconds=round(seconds, 6),
             repairs=self.repairs,
+            estimated=self.estimated,
         )
 
 

@@ -48,6 +48,7 @@ def event_data(event: Event) -> Mapping[str, Any]:
             "tokens_in": event.tokens_in,
             "tokens_out": event.tokens_out,
             "seconds": round(event.seconds, 6),
+            **({"estimated": True} if event.estimated else {}),
         }
     if isinstance(event, AnswerDelta):
         return {"text": event.text, "attempt": event.attempt}

@@ -59,6 +59,8 @@ class ModelCalled:
     tokens_in: int
     tokens_out: int
     seconds: float
+    estimated: bool = False
+    """The token counts are estimated: the server sent none."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -174,6 +174,7 @@ class RunContext:
             tokens_in=response.tokens_in,
             tokens_out=response.tokens_out,
             cost_usd=response.cost_usd,
+            estimated=response.estimated,
         )
         if not response.text.strip():
             raise StopRun(stops.LLM_EMPTY, llm_phase=phase)
@@ -202,6 +203,7 @@ class RunContext:
                 tokens_in=response.tokens_in if response else 0,
                 tokens_out=response.tokens_out if response else 0,
                 seconds=self.clock() - started,
+                estimated=response.estimated if response else False,
             )
         )
 

@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from taskdecomp.budget import Budget
 from taskdecomp.durability import DEFAULT_DURABILITY, DEFAULT_LEASE_SECONDS, Durability
 from taskdecomp.errors import ConfigError
+from taskdecomp.models.outputs import OutputMode
 
 if TYPE_CHECKING:
     from taskdecomp.decomposition import DecompOptions
@@ -73,6 +74,9 @@ class Settings(BaseSettings):
     durability: Durability = DEFAULT_DURABILITY
     """How stored runs' checkpoints reach the disk, ``async`` or ``sync``
     (``TASKDECOMP_DURABILITY``; the command line's ``--durability``)."""
+    output_mode: OutputMode | None = None
+    """The first output mode of models that connect to a server (``TASKDECOMP_OUTPUT_MODE``;
+    the command line's ``--output-mode``); default: the provider's best."""
     stream_plan: bool | None = None
     """Start read-only steps while the plan streams (``TASKDECOMP_STREAM_PLAN``; the
     command line's ``--stream-plan/--no-stream-plan``); default: when the model streams."""

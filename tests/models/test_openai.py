@@ -9,7 +9,8 @@ import socket
 import pytest
 
 from taskdecomp import Budget, ConfigError, ModelError, ModelRequest, ModelTimeoutError, run_sync
-from taskdecomp.models.openai import OpenAIModel, RetryPolicy, openai_model, price_usd
+from taskdecomp.models import prices
+from taskdecomp.models.openai import OpenAIModel, RetryPolicy, openai_model
 from taskdecomp.settings import OpenAISettings
 from tests.conftest import SALES_TOOLS
 from tests.models.conftest import FakeOpenAI, Reply, completion, error_body
@@ -64,41 +65,32 @@ def test_the_plan_request_carries_the_plan_schema_and_the_combine_call_does_not(
     assert "response_format" not in combine_request
 
 
-def test_a_server_that_refuses_json_schema_gets_the_schema_in_json_object_mode(
+def test_a_server_that_refuses_json_schema_is_asked_with_a_forced_tool_call(
     fake_openai: FakeOpenAI,
 ) -> None:
     rejected = Reply(
         status=422, body=error_body("response_format.type: input should be json_object")
     )
-    fake_openai.queue(rejected, ok(PLAN), ok(ANSWER))
+    arguments = Reply(body=completion(None, tool_arguments=PLAN))
+    fake_openai.queue(rejected, arguments, ok(ANSWER), arguments, ok(ANSWER))
     chosen = model(fake_openai)
 
-    first = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=chosen)
-    fake_openai.queue(ok(PLAN), ok(ANSWER))
-    second = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=chosen)
+    first = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=chosen, stream_plan=False)
+    second = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=chosen, stream_plan=False)
 
     assert (first.stop_reason, second.stop_reason) == ("success", "success")
-    formats = [r["response_format"] for r in fake_openai.plan_requests()]
-    assert [f["type"] for f in formats] == ["json_schema", "json_object", "json_object"]
-    assert formats[1]["schema"] == formats[0]["json_schema"]["schema"]
-    assert chosen.structured_output == "json_object+schema"
+    assert fake_openai.modes() == ["native", "tool", "tool"]  # remembered: no second probe
+    native, tool, _ = fake_openai.plan_requests()
+    assert tool["tools"][0]["function"]["name"] == "answer"
+    assert (
+        tool["tools"][0]["function"]["parameters"]
+        == native["response_format"]["json_schema"]["schema"]
+    )
+    assert tool["tool_choice"] == {"type": "function", "function": {"name": "answer"}}
+    assert chosen.output_mode == "tool"
 
 
-def test_a_server_that_refuses_any_schema_gets_plain_json_object(
-    fake_openai: FakeOpenAI,
-) -> None:
-    rejected = Reply(status=400, body=error_body("unsupported response_format"))
-    fake_openai.queue(rejected, rejected, ok(PLAN), ok(ANSWER))
-    chosen = model(fake_openai)
-
-    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=chosen)
-
-    assert result.stop_reason == "success"
-    assert fake_openai.plan_requests()[-1]["response_format"] == {"type": "json_object"}
-    assert chosen.structured_output == "json_object"
-
-
-def test_a_bad_request_that_is_not_about_the_format_ends_with_llm_error(
+def test_a_bad_request_that_is_not_about_the_mode_ends_with_llm_error(
     fake_openai: FakeOpenAI,
 ) -> None:
     fake_openai.fallback = Reply(status=400, body=error_body("messages: too long"))
@@ -108,8 +100,8 @@ def test_a_bad_request_that_is_not_about_the_format_ends_with_llm_error(
 
     assert result.stop_reason == "llm_error:bad_request"
     assert "messages: too long" in (result.message or "")
-    assert len(fake_openai.requests) == 3  # json_schema, json_object+schema, json_object
-    assert chosen.structured_output == "json_schema"  # no form worked: none is remembered
+    assert fake_openai.modes() == ["native", "tool", "json", "prompt"]  # each mode once
+    assert chosen.output_mode == "native"  # no mode worked: none is remembered
 
 
 def test_a_500_that_names_response_format_falls_back_at_once_and_is_remembered(
@@ -124,46 +116,46 @@ def test_a_500_that_names_response_format_falls_back_at_once_and_is_remembered(
             "'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}"
         ),
     )
-    fake_openai.queue(refused, ok(PLAN), ok(ANSWER), ok(PLAN), ok(ANSWER))
+    arguments = Reply(body=completion(None, tool_arguments=PLAN))
+    fake_openai.queue(refused, arguments, ok(ANSWER), arguments, ok(ANSWER))
 
     first = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
     again = model(fake_openai)  # another object for the same server
     second = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=again)
 
     assert (first.stop_reason, second.stop_reason) == ("success", "success")
-    assert len(fake_openai.requests) == 5  # no retries of the refused form, no second probe
-    types = [r["response_format"]["type"] for r in fake_openai.plan_requests()]
-    assert types == ["json_schema", "json_object", "json_object"]
-    assert all("schema" in r["response_format"] for r in fake_openai.plan_requests()[1:])
-    assert again.structured_output == "json_object+schema"
+    assert len(fake_openai.requests) == 5  # no retries of the refused mode, no second probe
+    assert fake_openai.modes() == ["native", "tool", "tool"]
+    assert again.output_mode == "tool"
     other_model = OpenAIModel("other-model", base_url=fake_openai.url)
-    assert other_model.structured_output == "json_schema"  # remembered per server and model
+    assert other_model.output_mode == "native"  # remembered per server and model
 
 
-def test_a_busy_server_after_a_fallback_is_retried_in_the_form_reached(
+def test_a_busy_server_after_a_fallback_is_retried_in_the_mode_reached(
     fake_openai: FakeOpenAI,
 ) -> None:
     refused = Reply(status=500, body=error_body("response_format: unknown type json_schema"))
     busy = Reply(status=503, body=error_body("busy"), headers={"retry-after": "0"})
-    fake_openai.queue(refused, busy, ok(PLAN), ok(ANSWER))
+    arguments = Reply(body=completion(None, tool_arguments=PLAN))
+    fake_openai.queue(refused, busy, arguments, ok(ANSWER))
 
     result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
 
     assert result.stop_reason == "success"
-    types = [r["response_format"]["type"] for r in fake_openai.plan_requests()]
-    assert types == ["json_schema", "json_object", "json_object"]
+    assert fake_openai.modes() == ["native", "tool", "tool"]
 
 
-def test_a_server_that_refuses_every_form_with_500_is_not_retried(
+def test_a_server_that_refuses_every_mode_with_500_is_retried_only_in_prompt_mode(
     fake_openai: FakeOpenAI,
 ) -> None:
     fake_openai.fallback = Reply(status=500, body=error_body("bad json_schema in response_format"))
 
     result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
 
-    assert result.stop_reason == "llm_error:bad_request"
-    assert len(fake_openai.requests) == 3  # each form once
-    assert "refused response_format down to plain json_object" in (result.message or "")
+    assert result.stop_reason == "llm_error:server"
+    # each mode once; prompt mode sends no format, so its 500 is a failing server
+    assert fake_openai.modes() == ["native", "tool", "json", "prompt", "prompt", "prompt"]
+    assert "bad json_schema" in (result.message or "")
 
 
 @pytest.mark.parametrize(
@@ -359,21 +351,6 @@ def test_openai_model_reads_the_openai_settings(fake_openai: FakeOpenAI) -> None
     assert "sk-abc" not in repr(built) + repr(settings)
 
 
-@pytest.mark.parametrize(
-    ("name", "expected"),
-    [
-        ("gpt-4.1-mini", (1000 * 0.40 + 500 * 1.60) / 1e6),
-        ("gpt-4.1-mini-2025-04-14", (1000 * 0.40 + 500 * 1.60) / 1e6),
-        ("gpt-4.1", (1000 * 2.00 + 500 * 8.00) / 1e6),
-        ("gpt-4o-mini", (1000 * 0.15 + 500 * 0.60) / 1e6),
-        ("SmolLM2-135M-Instruct", 0.0),
-        ("gpt-4.1-minimal", 0.0),
-    ],
-)
-def test_price_usd_knows_openai_models_and_snapshots(name: str, expected: float) -> None:
-    assert price_usd(name, 1000, 500) == pytest.approx(expected)
-
-
 def test_retry_delay_doubles_caps_and_honours_retry_after() -> None:
     policy = RetryPolicy(attempts=5, backoff_seconds=1, max_backoff_seconds=3)
 
@@ -384,26 +361,37 @@ def test_retry_delay_doubles_caps_and_honours_retry_after() -> None:
     assert policy.delay(1, retry_after=60) == 3
 
 
-def test_the_first_structured_output_form_can_be_chosen(fake_openai: FakeOpenAI) -> None:
+def test_the_first_output_mode_can_be_chosen(fake_openai: FakeOpenAI) -> None:
     fake_openai.queue(ok(PLAN), ok(ANSWER))
-    chosen = model(fake_openai, structured_output="json_object+schema")
+    chosen = model(fake_openai, output_mode="json")
 
     result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=chosen)
 
     assert result.stop_reason == "success"
     (plan_request,) = fake_openai.plan_requests()
     assert plan_request["response_format"]["type"] == "json_object"
-    assert plan_request["response_format"]["schema"]["$defs"]["step_1"]
-    with pytest.raises(ConfigError, match="structured_output must be one of"):
-        model(fake_openai, structured_output="xml")
+    schema = plan_request["response_format"]["schema"]
+    assert schema["$defs"]["step_1"]
+    system = plan_request["messages"][0]
+    assert system["role"] == "system"
+    assert system["content"].endswith(json.dumps(schema, separators=(",", ":")))
+    with pytest.raises(ConfigError, match="unknown output mode 'xml': pick one of native"):
+        model(fake_openai, output_mode="xml")
 
 
-def test_cost_is_estimated_before_a_call_only_where_it_is_billed(
-    fake_openai: FakeOpenAI,
-) -> None:
+def test_the_same_model_costs_the_same_whatever_the_server(fake_openai: FakeOpenAI) -> None:
+    fake_openai.queue(ok(PLAN, tokens=(300, 90)), ok(ANSWER, tokens=(500, 30)))
+    proxied = OpenAIModel("gpt-4.1-mini", base_url=fake_openai.url, timeout=5, retry=FAST_RETRY)
     billed = OpenAIModel("gpt-4.1-mini", api_key="sk-test")
-    assert billed.estimate_cost(1_000_000) == pytest.approx(0.40)
-    assert model(fake_openai).estimate_cost(1_000_000) == 0.0  # a self-hosted server is free
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=proxied, stream_plan=False)
+
+    assert result.stop_reason == "success"
+    expected = prices.cost_usd("openai", "gpt-4.1-mini", 800, 120)
+    assert expected is not None and expected > 0
+    assert result.usage.cost_usd == pytest.approx(expected)
+    assert proxied.estimate_cost(1_000_000) == billed.estimate_cost(1_000_000) > 0
+    assert model(fake_openai).estimate_cost(1_000_000) is None  # a model with no known price
 
 
 def test_a_plan_is_streamed_when_the_run_listens_and_the_combine_call_is_not(

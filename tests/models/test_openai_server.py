@@ -25,8 +25,25 @@ LOADED = Budget(max_seconds=600)
 
 
 def served(server: LlamaServer) -> OpenAIModel:
-    # As a user gets it from --model openai:NAME --base-url: no structured_output given.
+    # As a user gets it from --model openai:NAME --base-url: no output mode given.
     return OpenAIModel(server.model, base_url=server.url, timeout=600)
+
+
+COLOUR = {
+    "type": "object",
+    "properties": {"colour": {"type": "string", "enum": ["red", "green"]}},
+    "required": ["colour"],
+    "additionalProperties": False,
+}
+
+
+def colour_request() -> ModelRequest:
+    return ModelRequest(
+        phase="plan",
+        messages=({"role": "user", "content": "Name a fruit's colour. Answer in JSON."},),
+        json_schema=COLOUR,
+        schema_name="colour",
+    )
 
 
 def test_a_full_plan_execute_run_against_the_llama_cpp_server(llama_server: LlamaServer) -> None:
@@ -35,7 +52,7 @@ def test_a_full_plan_execute_run_against_the_llama_cpp_server(llama_server: Llam
     result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model, budget=LOADED)
 
     # The server answers response_format json_schema with a 500 that names it; the provider
-    # falls back to the schema in json_object mode, which the server applies as a grammar.
+    # falls back to a forced tool call, whose parameters the server applies as a grammar.
     # So the plan is schema-valid, passes the policy boundary, and the tools run.
     assert result.plan is not None, (result.stop_reason, result.raw_plan, result.message)
     assert 3 <= len(result.plan.steps) <= 6
@@ -45,9 +62,48 @@ def test_a_full_plan_execute_run_against_the_llama_cpp_server(llama_server: Llam
     assert result.usage.llm_calls >= 1
     assert result.usage.tokens_in > 500  # counted by the server
     assert result.usage.cost_usd == 0
-    # The working form is remembered for this server, by a new model object too.
-    assert model.structured_output == "json_object+schema"
-    assert served(llama_server).structured_output == "json_object+schema"
+    # The working mode is remembered for this server, by a new model object too.
+    assert model.output_mode == "tool"
+    assert served(llama_server).output_mode == "tool"
+
+
+def test_the_server_answers_in_json_mode_under_the_schema(llama_server: LlamaServer) -> None:
+    model = OpenAIModel(
+        llama_server.model, base_url=llama_server.url, timeout=600, output_mode="json"
+    )
+
+    response = asyncio.run(model.complete(colour_request()))
+
+    # llama-cpp-python applies the schema sent with json_object as a grammar
+    assert json.loads(response.text) in ({"colour": "red"}, {"colour": "green"})
+    assert model.output_mode == "json"
+    assert not response.estimated and response.tokens_in > 20  # counted by the server
+
+
+def test_the_server_answers_in_prompt_mode_with_no_response_format(
+    llama_server: LlamaServer,
+) -> None:
+    model = OpenAIModel(
+        llama_server.model,
+        base_url=llama_server.url,
+        timeout=600,
+        output_mode="prompt",
+        max_output_tokens=48,
+    )
+    pieces: list[str] = []
+    streamed = ModelRequest(
+        phase="plan", messages=colour_request().messages, json_schema=COLOUR, on_text=pieces.append
+    )
+
+    whole = asyncio.run(model.complete(colour_request()))
+    response = asyncio.run(model.complete(streamed))
+
+    # No grammar constrains a prompt-mode answer: a 135M model need not write JSON, but the
+    # server answers the call (no response_format to refuse) and the mode is remembered.
+    assert whole.text and not whole.estimated and whole.tokens_in > 20
+    assert response.text and response.tokens_out >= 1
+    assert response.estimated  # this server sends no usage in a stream
+    assert model.output_mode == "prompt"
 
 
 def test_the_server_refuses_json_schema_with_a_500_that_names_it(

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from taskdecomp.durability import Durability
     from taskdecomp.engine import Environment
     from taskdecomp.models import Model
+    from taskdecomp.models.outputs import OutputMode
     from taskdecomp.settings import Settings
     from taskdecomp.store import SqlStore
     from taskdecomp.tools import Toolset
@@ -52,6 +53,15 @@ BASE_URL_OPTION = click.option(
     "--base-url",
     help="The server of every model whose provider connects to one (openai:, or a "
     "plugin's).  [env: OPENAI_BASE_URL for openai:]",
+)
+
+OUTPUT_MODE_OPTION = click.option(
+    "--output-mode",
+    type=click.Choice(("native", "tool", "json", "prompt")),
+    help="How models of a provider that connects to a server are asked for JSON: native "
+    "(a schema the server enforces), tool (a forced tool call), json (JSON mode, schema in "
+    "the prompt) or prompt (schema in the prompt only). A refused mode falls back down "
+    "this list.  [env: TASKDECOMP_OUTPUT_MODE; default: native]",
 )
 
 DURABILITY_OPTION = click.option(
@@ -429,26 +439,33 @@ def build_models(
     combiner: str | None,
     *,
     base_url: str | None,
+    output_mode: OutputMode | None = None,
 ) -> tuple[Model, Model | None]:
     """The planner's and combiner's models; ``--base-url`` goes to those that connect.
 
     Model strings are resolved here, before anything is opened or created, so a bad one is
-    a usage error with nothing left behind. ``--base-url`` reaches every provider that
-    connects to a server (``openai``, or a plugin's).
+    a usage error with nothing left behind. ``--base-url`` and ``--output-mode`` (else
+    ``TASKDECOMP_OUTPUT_MODE``) reach every provider that connects to a server
+    (``openai``, or a plugin's).
     """
     from taskdecomp.models import PROVIDERS, Connection, connects, resolve_model
 
     specs = [planner] if combiner is None else [planner, combiner]
-    if base_url and not any(connects(spec.partition(":")[0]) for spec in specs):
+    given = [
+        flag for flag, value in (("--base-url", base_url), ("--output-mode", output_mode)) if value
+    ]
+    if given and not any(connects(spec.partition(":")[0]) for spec in specs):
         servers = sorted(  # the built-ins first, then a plugin's
             (name for name in PROVIDERS.names() if connects(name)),
             key=lambda name: (name not in PROVIDERS.builtins, name),
         )
         raise ConfigError(
-            f"--base-url applies to models of a provider that connects to a server "
+            f"{given[0]} applies to models of a provider that connects to a server "
             f"({', '.join(servers)}), not {planner!r}; use --model {servers[0]}:MODEL with it"
         )
-    connection = Connection(base_url=base_url)
+    connection = Connection(
+        base_url=base_url, output_mode=output_mode or load_settings().output_mode
+    )
 
     def build(spec: str) -> Model:
         return resolve_model(spec, connection=connection)

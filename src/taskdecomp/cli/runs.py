@@ -23,6 +23,7 @@ from taskdecomp.cli._app import (
     EXIT_STOPPED,
     GOAL_FILE_OPTION,
     LOCAL_THREADS_OPTION,
+    OUTPUT_MODE_OPTION,
     app,
     build_models,
     debug_enabled,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its
     from taskdecomp.answertype import AnswerType
     from taskdecomp.events import Event, Subscriber
     from taskdecomp.models import Model
+    from taskdecomp.models.outputs import OutputMode
     from taskdecomp.run import RunResult
     from taskdecomp.store import RunSummary, SqlStore, StoredRun
 
@@ -64,6 +66,7 @@ if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its
     help="OpenAI-compatible server for openai: models.  [env: OPENAI_BASE_URL]",
 )
 @price_options
+@OUTPUT_MODE_OPTION
 @click.option("--allow", help="Comma-separated tools the plan may use (default: all).")
 @click.option("--max-plan-steps", type=click.IntRange(min=1), help="Most steps in a plan. [6]")
 @click.option(
@@ -131,6 +134,7 @@ def run_command(
     model: str | None,
     combiner_model: str | None,
     base_url: str | None,
+    output_mode: OutputMode | None,
     allow: str | None,
     strategy: str,
     option_pairs: tuple[str, ...],
@@ -190,6 +194,7 @@ def run_command(
         choose_model(model, settings, openai_settings, local_available=_app.local_model_available),
         combiner_model or settings.combiner_model,
         base_url=base_url,
+        output_mode=output_mode,
     )
     allowed = names(allow)
     durable.lease_seconds(settings.lease_seconds)  # refused here, before a store is created
@@ -411,6 +416,7 @@ def show_command(run_id: str, as_json: bool, db: str | None) -> int:
 @click.option("--combiner-model", help="Model for the combine call (default: the run's).")
 @click.option("--base-url", help="OpenAI-compatible server for openai: models.")
 @price_options
+@OUTPUT_MODE_OPTION
 @click.option("--allow", help="Comma-separated tools the plan may use (default: the run's).")
 @click.option(
     "--max-seconds",
@@ -428,6 +434,7 @@ def resume_command(
     model: str | None,
     combiner_model: str | None,
     base_url: str | None,
+    output_mode: OutputMode | None,
     allow: str | None,
     max_seconds: float | None,
     as_json: bool,
@@ -467,7 +474,7 @@ def resume_command(
         budget = runconfig.stored_config(stored).budget
         if max_seconds is not None:
             budget = dataclasses.replace(budget, max_seconds=max_seconds)
-        planner, combiner = _resume_models(stored, model, combiner_model, base_url)
+        planner, combiner = _resume_models(stored, model, combiner_model, base_url, output_mode)
         source = tools or stored.tools  # none stored: the strategy's own (a workflow's) or an error
         toolset = load_tools(source) if source is not None else None
         return until_done(
@@ -488,7 +495,11 @@ def resume_command(
 
 
 def _resume_models(
-    stored: StoredRun, model: str | None, combiner_model: str | None, base_url: str | None
+    stored: StoredRun,
+    model: str | None,
+    combiner_model: str | None,
+    base_url: str | None,
+    output_mode: OutputMode | None,
 ) -> tuple[Model | None, Model | str | None]:
     from taskdecomp import runconfig
 
@@ -496,7 +507,7 @@ def _resume_models(
     if planner_spec is None:
         return None, combiner_model  # resume() explains what is missing
     combiner_spec = combiner_model or runconfig.stored_config(stored).combiner_model
-    return build_models(planner_spec, combiner_spec, base_url=base_url)
+    return build_models(planner_spec, combiner_spec, base_url=base_url, output_mode=output_mode)
 
 
 def _summary_dict(summary: RunSummary) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from taskdecomp.cli._app import (
     DEBUG_OPTION,
     DURABILITY_OPTION,
     LOCAL_THREADS_OPTION,
+    OUTPUT_MODE_OPTION,
     app,
     echo_json,
     load_settings,
@@ -25,6 +26,7 @@ from taskdecomp.cli.display import console, literal
 from taskdecomp.cli.priceopts import price_options
 from taskdecomp.cli.strategies import OPTION_OPTION, STRATEGY_OPTION, strategy_options
 from taskdecomp.durability import Durability
+from taskdecomp.models.outputs import OutputMode
 
 QUEUE_OPTION = click.option(
     "--queue", default="default", show_default=True, help="The queue to use."
@@ -65,6 +67,7 @@ QUEUE_OPTION = click.option(
 @click.option("--executor-id", help="This worker's name in the queue (default: host-pid).")
 @BASE_URL_OPTION
 @price_options
+@OUTPUT_MODE_OPTION
 @DURABILITY_OPTION
 @DEBUG_OPTION
 @LOCAL_THREADS_OPTION
@@ -77,6 +80,7 @@ def worker_command(
     max_recoveries: int,
     executor_id: str | None,
     base_url: str | None,
+    output_mode: OutputMode | None,
     durability: Durability | None,
 ) -> int:
     """Take runs off a queue and execute them, until Ctrl-C or SIGTERM.
@@ -96,7 +100,8 @@ def worker_command(
     settings = load_settings()
     from taskdecomp.models import Connection
 
-    registry = Registry.parse(tools, models, Connection(base_url=base_url))
+    mode = output_mode or settings.output_mode
+    registry = Registry.parse(tools, models, Connection(base_url=base_url, output_mode=mode))
     registry.load()
     url = settings.store_url(db)
     with open_run_store(settings, db) as store:

@@ -14,12 +14,14 @@ from taskdecomp.cli._app import (
     BASE_URL_OPTION,
     DB_OPTION,
     LOCAL_THREADS_OPTION,
+    OUTPUT_MODE_OPTION,
     app,
     load_settings,
     needs_extra,
 )
 from taskdecomp.cli.priceopts import price_options
 from taskdecomp.errors import ConfigError
+from taskdecomp.models.outputs import OutputMode
 from taskdecomp.settings import choose_model, load_decomp_settings, load_openai_settings
 
 GRACE_SECONDS = 3
@@ -47,6 +49,7 @@ GRACE_SECONDS = 3
 )
 @BASE_URL_OPTION
 @price_options
+@OUTPUT_MODE_OPTION
 @click.option("--decomp-model", help="The decomposer's model.  [env: DECOMP_MODEL]")
 @click.option("--chat-model", help="The chat agent's model; without it POST /chat is off.")
 @click.option(
@@ -130,6 +133,7 @@ def serve_command(
     toolsets: tuple[str, ...],
     models: tuple[str, ...],
     base_url: str | None,
+    output_mode: OutputMode | None,
     decomp_model: str | None,
     chat_model: str | None,
     cors_origins: tuple[str, ...],
@@ -162,16 +166,21 @@ def serve_command(
     import dataclasses
 
     config = _config(host, toolsets, models, decomp_model, chat_model, cors_origins, db)
-    if base_url:
-        from taskdecomp.models import Connection, connects
+    if base_url or output_mode:
+        from taskdecomp.models import connects
 
         specs = [*config.models, config.decomp_model, config.chat_model]
         if not any(connects(spec.partition(":")[0]) for spec in specs if spec):
             raise ConfigError(
-                "--base-url applies to models of a provider that connects to a server, and "
-                "none of this server's models (--model, --decomp-model, --chat-model) does"
+                f"{'--base-url' if base_url else '--output-mode'} applies to models of a "
+                "provider that connects to a server, and none of this server's models "
+                "(--model, --decomp-model, --chat-model) does"
             )
-        config = dataclasses.replace(config, connection=Connection(base_url=base_url))
+    from taskdecomp.models import Connection
+
+    mode = output_mode or _app.load_settings().output_mode
+    connection = Connection(base_url=base_url, output_mode=mode)
+    config = dataclasses.replace(config, connection=connection)
     config = dataclasses.replace(config, executor=executor, queue=queue)
     config = dataclasses.replace(config, host=host, port=port or None, allowed_hosts=allowed_hosts)
     config = _with_workflows(config, workflows, workflow_templates)

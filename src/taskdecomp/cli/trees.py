@@ -22,6 +22,7 @@ from taskdecomp.cli._app import (
     EXIT_STOPPED,
     GOAL_FILE_OPTION,
     LOCAL_THREADS_OPTION,
+    OUTPUT_MODE_OPTION,
     app,
     build_models,
     echo_json,
@@ -32,6 +33,7 @@ from taskdecomp.cli._app import (
 from taskdecomp.cli.display import Activity, Column, console, fitted_table, line, literal
 from taskdecomp.cli.priceopts import price_options
 from taskdecomp.decomposition import DecompositionResult
+from taskdecomp.models.outputs import OutputMode
 from taskdecomp.settings import choose_model, load_decomp_settings, load_openai_settings
 from taskdecomp.store.trees import TreeRepository
 from taskdecomp.strategies.decompose import PlanDecomposer
@@ -59,6 +61,7 @@ from taskdecomp.tree import NodeId, PlanTree, PlanTreeId
     "--base-url", help="OpenAI-compatible server for openai: models.  [env: OPENAI_BASE_URL]"
 )
 @price_options
+@OUTPUT_MODE_OPTION
 @click.option("--max-depth", type=click.IntRange(min=1), help="Deepest level in plan mode. [3]")
 @click.option("--max-children", type=click.IntRange(min=1), help="Most children per node. [6]")
 @click.option(
@@ -83,6 +86,7 @@ def decompose_command(
     overwrite: bool | None,
     model: str | None,
     base_url: str | None,
+    output_mode: OutputMode | None,
     no_auto: bool,
     as_json: bool,
     db: str | None,
@@ -110,7 +114,7 @@ def decompose_command(
         spec = choose_model(
             None, settings, openai_settings, local_available=_app.local_model_available
         )
-    decomposer_model, _ = build_models(spec, None, base_url=base_url)
+    decomposer_model, _ = build_models(spec, None, base_url=base_url, output_mode=output_mode)
     activity = None if as_json else Activity(console(stderr=True))
     with open_run_store(settings, db, create=goal is not None, quiet=as_json) as store:
         repository = TreeRepository(store)

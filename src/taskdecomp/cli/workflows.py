@@ -17,6 +17,7 @@ from taskdecomp.cli._app import (
     DURABILITY_OPTION,
     EXIT_USAGE,
     LOCAL_THREADS_OPTION,
+    OUTPUT_MODE_OPTION,
     app,
     build_models,
     echo_json,
@@ -30,6 +31,7 @@ from taskdecomp.cli.priceopts import price_options
 from taskdecomp.cli.runs import until_done
 from taskdecomp.durability import Durability
 from taskdecomp.errors import ConfigError
+from taskdecomp.models.outputs import OutputMode
 from taskdecomp.run import RunId, RunResult
 from taskdecomp.settings import BUDGET_FIELDS, choose_model, load_openai_settings
 from taskdecomp.store import StoredRun
@@ -101,6 +103,7 @@ def validate_command(source: str, as_json: bool) -> int:
 )
 @click.option("--base-url", help="OpenAI-compatible server for openai: models.")
 @price_options
+@OUTPUT_MODE_OPTION
 @click.option("--tools", help="Your own tools besides the workspace and state tools (.py/module).")
 @click.option("--allow", help="Comma-separated tools the agents may call (default: all).")
 @click.option(
@@ -179,6 +182,7 @@ def run_command(
     tasks_file: Path | None,
     model: str | None,
     base_url: str | None,
+    output_mode: OutputMode | None,
     tools: str | None,
     allow: str | None,
     max_parallel: int,
@@ -222,6 +226,7 @@ def run_command(
         choose_model(model, settings, openai_settings, local_available=_app.local_model_available),
         None,
         base_url=base_url,
+        output_mode=output_mode,
     )
     durable.lease_seconds(settings.lease_seconds)
     toolset = load_tools(tools) if tools is not None else None

@@ -235,9 +235,9 @@ class AnthropicModel:
         """The mode the next call with a schema starts from (a fitting schema's)."""
         return outputs.MEMORY.first(self._server, self._first_mode)
 
-    def estimate_cost(self, tokens_in: int) -> float:
-        """What sending ``tokens_in`` prompt tokens costs; 0 when the price is unknown."""
-        return prices.cost_usd("anthropic", self._model, tokens_in, 0) or 0.0
+    def estimate_cost(self, tokens_in: int) -> float | None:
+        """What sending ``tokens_in`` prompt tokens costs; ``None`` when the price is unknown."""
+        return prices.cost_usd("anthropic", self._model, tokens_in, 0)
 
     def __repr__(self) -> str:
         return f"AnthropicModel({self._model!r}, base_url={self._base_url!r})"

@@ -1,4 +1,4 @@
-"""How a provider reaches its server: base URL, key variable, timeout, headers.
+"""How a provider reaches its server: base URL, key variable, timeout, headers, output mode.
 
 A provider's *dialect* (how it asks, how it reads answers) is its own; the *connection* is
 given from outside: by ``--base-url`` and friends on the command line, ``serve`` and
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from taskdecomp import redact
 from taskdecomp.errors import ConfigError
+from taskdecomp.models.outputs import OutputMode, output_mode
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -28,15 +29,22 @@ class Connection:
     """Seconds one attempt may take."""
     headers: Mapping[str, str] = field(default_factory=dict)
     """Extra HTTP headers sent with every request."""
+    output_mode: OutputMode | None = None
+    """The output mode to ask for structured answers in first (``--output-mode``); ``None``
+    lets the provider pick its best. A server that refuses it still falls back."""
 
     def __post_init__(self) -> None:
         if self.timeout is not None and not self.timeout > 0:
             raise ConfigError(f"a connection timeout must be positive seconds: {self.timeout!r}")
+        if self.output_mode is not None:
+            output_mode(self.output_mode)
 
     @property
     def given(self) -> bool:
         """Whether any field is set."""
-        return bool(self.base_url or self.api_key_env or self.timeout or self.headers)
+        return bool(
+            self.base_url or self.api_key_env or self.timeout or self.headers or self.output_mode
+        )
 
     def api_key(self) -> str | None:
         """The key from :attr:`api_key_env` (``None`` when no variable is named).

@@ -6,15 +6,27 @@ server and LM Studio when ``OPENAI_BASE_URL`` (or ``--base-url``) points at them
 
 What a call does:
 
-- **Structured output.** A request with a JSON schema is sent with ``response_format``
-  ``json_schema`` (``strict`` when the schema meets strict mode's rules, see
-  :func:`~taskdecomp.models.schemas.is_strict_compatible`). A server that refuses that form
-  (400 or 422, or a 5xx whose body names ``response_format`` or ``json_schema``, as the
-  llama-cpp-python server does) is asked again at once, not retried, with
-  ``{"type": "json_object", "schema": ...}``, the form the llama-cpp-python server takes,
-  then with plain ``json_object``. The form that worked is remembered per server (base URL
-  and model) for the rest of the process, so no later call or model object probes again
-  (:attr:`OpenAIModel.structured_output`).
+- **Structured output.** A request with a JSON schema is asked for in an output mode
+  (:mod:`taskdecomp.models.outputs`): ``native`` sends ``response_format`` ``json_schema``
+  (``strict`` when the schema meets strict mode's rules, see
+  :func:`~taskdecomp.models.schemas.is_strict_compatible`); ``tool`` forces one function
+  tool, :data:`~taskdecomp.models.outputs.ANSWER_TOOL`, whose arguments are the answer;
+  ``json`` sends ``{"type": "json_object", "schema": ...}`` (the form the llama-cpp-python
+  server applies as a grammar; others ignore the schema key) with the schema in the system
+  message; ``prompt`` sends no ``response_format`` at all, states the schema in the system
+  message and takes the first complete JSON value of the answer
+  (:func:`~taskdecomp.models.outputs.extract_json`). It starts at the mode the connection
+  names (``--output-mode``), else ``native``. A server that refuses a mode (400 or 422, or
+  a 5xx whose body names ``response_format``, ``json_schema``, ``json_object`` or tools, as
+  the llama-cpp-python server does) is asked again at once in the next mode, not retried;
+  each mode is tried at most once, down to ``prompt``. The mode that worked is remembered
+  per server (provider, base URL and model) for the rest of the process
+  (:data:`~taskdecomp.models.outputs.MEMORY`), so no later call or model object probes again.
+- **Streaming.** When the caller listens (``ModelRequest.on_text``), the answer is streamed:
+  each piece goes to ``on_text`` (a tool call's arguments in ``tool`` mode; from the JSON
+  value's first bracket on in ``prompt`` mode) and the tokens so far to
+  ``ModelRequest.progress``. The server's usage is asked for
+  (``stream_options.include_usage``).
 - **Timeouts.** One attempt may take ``OPENAI_TIMEOUT_SECONDS``; past that the call fails
   with :class:`~taskdecomp.errors.ModelTimeoutError` (``llm_timeout``), not retried.
 - **Retries.** 408, 409, 429, 5xx and connection failures are retried with exponential
@@ -26,8 +38,10 @@ What a call does:
   ``quota``, ``rate_limit``, ``server``, ``connection``, ``bad_response`` (a 200 whose
   body is not a chat completion: HTML, cut-off JSON) or ``http_<status>``, and a message
   that says how to fix it. The API key never appears in a message.
-- **Usage.** Tokens come from the response's ``usage`` (estimated when a server omits it);
-  cost from :mod:`taskdecomp.models.prices` on OpenAI's own endpoint, 0 elsewhere.
+- **Usage.** Tokens come from the response's ``usage``; a server that sends none gets them
+  estimated, and the response says so (``ModelResponse.estimated``). The cost comes from
+  :func:`taskdecomp.models.prices.cost_usd` under ``openai`` whatever the base URL (the
+  model the server names, else the one asked for); ``None`` when the price is unknown.
 """
 
 from __future__ import annotations
@@ -36,13 +50,13 @@ import asyncio
 import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
 from taskdecomp.errors import ConfigError, ModelError, ModelTimeoutError
-from taskdecomp.models import prices
-from taskdecomp.models.base import ModelRequest, ModelResponse, estimate_tokens
+from taskdecomp.models import outputs, prices
+from taskdecomp.models.base import Message, ModelRequest, ModelResponse, estimate_tokens
 from taskdecomp.models.connection import Connection
 from taskdecomp.models.http_errors import (
     BAD_REQUEST_STATUS,
@@ -52,6 +66,7 @@ from taskdecomp.models.http_errors import (
     retryable,
     status_error,
 )
+from taskdecomp.models.outputs import OutputMode
 from taskdecomp.models.retry import Retry, retry_after, with_retries
 from taskdecomp.models.retry import RetryPolicy as RetryPolicy
 from taskdecomp.models.schemas import is_strict_compatible
@@ -60,27 +75,28 @@ from taskdecomp.settings import OpenAISettings, load_openai_settings
 if TYPE_CHECKING:
     import openai
 
-OPENAI_HOSTS = ("api.openai.com",)
-"""Endpoints that bill at list price (:mod:`taskdecomp.models.prices`); every other costs 0."""
-
-_FALLBACK_STATUS = BAD_REQUEST_STATUS
-
-StructuredOutput = Literal["json_schema", "json_object+schema", "json_object"]
-"""The ``response_format`` forms tried, in order, for a request with a JSON schema."""
-_FORMATS: tuple[StructuredOutput, ...] = ("json_schema", "json_object+schema", "json_object")
-_FORMAT_WORDS = ("response_format", "json_schema")
-"""Words in a 5xx body that make it a refusal of the structured-output form."""
-_WORKING_FORMATS: dict[tuple[str, str], StructuredOutput] = {}
-"""The form each server (base URL, model) last answered a schema request in, this process."""
+_REFUSAL_WORDS = ("response_format", "json_schema", "json_object", "tool")
+"""Words in a 5xx body that make it a refusal of the output mode, not a failure."""
 
 
-def price_usd(model: str, tokens_in: int, tokens_out: int) -> float:
-    """What ``tokens_in`` + ``tokens_out`` cost on OpenAI; 0 for a model not in the table."""
-    return prices.price_usd("openai", model, tokens_in, tokens_out)
+class _Function(BaseModel):
+    name: str | None = None
+    arguments: str | dict[str, Any] | None = None
+    """A JSON text, as OpenAI sends it; an object from a server that decodes it first."""
+
+    def text(self) -> str:
+        if isinstance(self.arguments, dict):
+            return json.dumps(self.arguments, ensure_ascii=False)
+        return self.arguments or ""
+
+
+class _ToolCall(BaseModel):
+    function: _Function
 
 
 class _Message(BaseModel):
     content: str | None = None
+    tool_calls: list[_ToolCall] | None = None
 
 
 class _Choice(BaseModel):
@@ -115,7 +131,8 @@ def openai_model(
         base_url: overrides ``OPENAI_BASE_URL`` (the CLI's ``--base-url``).
         settings: the settings to use; default: read the environment and ``.env``.
         connection: overrides the settings it sets (base URL, the variable holding the
-            key, timeout, headers); ``base_url`` wins over its base URL.
+            key, timeout, headers) and names the first output mode; ``base_url`` wins over
+            its base URL.
 
     Raises:
         ConfigError: a setting does not parse, the key's variable is not set, or OpenAI
@@ -132,6 +149,7 @@ def openai_model(
         base_url=base_url or connection.base_url or settings.base_url,
         timeout=connection.timeout or settings.timeout_seconds,
         headers=connection.headers,
+        output_mode=connection.output_mode or "native",
     )
 
 
@@ -147,12 +165,15 @@ class OpenAIModel:
         retry: how failed attempts are repeated.
         max_output_tokens: cap on the answer's length (``max_tokens``); default: the server's.
         temperature: sampling temperature; 0 (the seed's) keeps plans repeatable.
-        structured_output: the first ``response_format`` form to try; a form this server
-            is known (in this process) to refuse is skipped.
+        output_mode: the first output mode a request with a JSON schema is asked in; a mode
+            this server is known (in this process) to refuse is skipped.
 
     Raises:
         ConfigError: no API key for OpenAI's own endpoint, or a bad argument.
     """
+
+    provider: ClassVar[str] = "openai"
+    """The name prices and the mode memory know this dialect's servers by."""
 
     def __init__(
         self,
@@ -165,7 +186,7 @@ class OpenAIModel:
         retry: RetryPolicy | None = None,
         max_output_tokens: int | None = None,
         temperature: float = 0.0,
-        structured_output: StructuredOutput = "json_schema",
+        output_mode: OutputMode = "native",
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         if not model:
@@ -186,13 +207,8 @@ class OpenAIModel:
         self._max_output_tokens = max_output_tokens
         self._temperature = temperature
         self._sleep = sleep
-        if structured_output not in _FORMATS:
-            raise ConfigError(
-                f"structured_output must be one of {', '.join(_FORMATS)}, got {structured_output!r}"
-            )
-        self._first_format: StructuredOutput = structured_output
-        self._server = ((base_url or "").rstrip("/"), model)
-        self._priced = base_url is None or any(host in base_url for host in OPENAI_HOSTS)
+        self._first_mode = outputs.output_mode(output_mode)
+        self._server = (self.provider, (base_url or "").rstrip("/"), model)
 
     streams = True
     """Answers can arrive piece by piece (``ModelRequest.on_text`` asks for it)."""
@@ -202,19 +218,18 @@ class OpenAIModel:
         """The model string, ``openai:MODEL``."""
         return f"openai:{self._model}"
 
-    def estimate_cost(self, tokens_in: int) -> float:
-        """What sending ``tokens_in`` prompt tokens costs (0 off OpenAI's own endpoint)."""
-        return price_usd(self._model, tokens_in, 0) if self._priced else 0.0
+    def estimate_cost(self, tokens_in: int) -> float | None:
+        """What sending ``tokens_in`` prompt tokens costs; ``None`` when the price is unknown."""
+        return prices.cost_usd(self.provider, self._model, tokens_in, 0)
 
     @property
-    def structured_output(self) -> StructuredOutput:
-        """The ``response_format`` form the next call with a JSON schema starts with.
+    def output_mode(self) -> OutputMode:
+        """The output mode the next call with a JSON schema starts in.
 
-        The form given to the constructor, or the one this server (base URL and model) last
+        The mode given to the constructor, or the one this server (base URL and model) last
         answered in during this process, whichever comes later in the fallback order.
         """
-        known = _WORKING_FORMATS.get(self._server, self._first_format)
-        return max(known, self._first_format, key=_FORMATS.index)
+        return outputs.MEMORY.first(self._server, self._first_mode)
 
     @property
     def base_url(self) -> str | None:
@@ -243,71 +258,61 @@ class OpenAIModel:
         ) as client:
             return await with_retries(
                 functools.partial(self._attempt, client, request),
-                self.structured_output,
+                self.output_mode,
                 self._retry,
                 self._sleep,
             )
 
     async def _attempt(
-        self, client: openai.AsyncOpenAI, request: ModelRequest, form: StructuredOutput
+        self, client: openai.AsyncOpenAI, request: ModelRequest, mode: OutputMode
     ) -> ModelResponse:
         import openai
 
         try:
             if request.on_text is not None:
-                response = await self._streamed(client, request, form)
+                response = await self._streamed(client, request, mode)
             else:
                 raw = await client.chat.completions.with_raw_response.create(
-                    **self._params(request, form)
+                    **self._params(request, mode)
                 )
                 content_type = raw.headers.get("content-type", "")
-                response = self._response(raw.content, content_type, request)
+                response = self._response(raw.content, content_type, request, mode)
         except openai.APITimeoutError:
             raise ModelTimeoutError(
                 f"{self.name} did not answer within {self._timeout:g}s; raise "
                 "OPENAI_TIMEOUT_SECONDS or pick a faster model"
             ) from None
         except openai.APIConnectionError as exc:
-            raise Retry(self._connection_error(exc), None, form) from None
+            raise Retry(self._connection_error(exc), None, mode) from None
         except openai.APIStatusError as exc:
-            if request.json_schema is not None and _refuses_format(exc):
-                if form != _FORMATS[-1]:  # this server does not take the form: try the next
-                    return await self._attempt(client, request, _next_format(form))
-                raise self._format_error(exc) from None
+            if request.json_schema is not None and mode != "prompt" and _refuses_mode(exc):
+                # this server does not take the mode: ask in the next one at once
+                return await self._attempt(client, request, outputs.fallbacks(mode)[1])
             error = self._status_error(exc)
             if retryable(_failure(exc, self._scrub)):
-                raise Retry(error, retry_after(exc.response.headers), form) from None
+                raise Retry(error, retry_after(exc.response.headers), mode) from None
             raise error from None
         if request.json_schema is not None:
-            _WORKING_FORMATS[self._server] = form
+            outputs.MEMORY.remember(self._server, mode)
         return response
 
     async def _streamed(
-        self, client: openai.AsyncOpenAI, request: ModelRequest, form: StructuredOutput
+        self, client: openai.AsyncOpenAI, request: ModelRequest, mode: OutputMode
     ) -> ModelResponse:
         """Send the call with ``stream=True``, handing each piece to ``request.on_text``."""
         import openai
 
-        assert request.on_text is not None  # only called for a request that listens
-        params = self._params(request, form)
         stream = await client.chat.completions.create(
-            **params, stream=True, stream_options={"include_usage": True}
+            **self._params(request, mode), stream=True, stream_options={"include_usage": True}
         )
-        pieces: list[str] = []
-        finish: str | None = None
-        usage: Any = None
+        reader = _StreamReader(request, mode)
         content_type = stream.response.headers.get("content-type", "")
         try:
             if "text/event-stream" not in content_type:
                 body = await stream.response.aread()
                 raise self._bad_response(body, content_type)
             async for chunk in stream:
-                usage = chunk.usage or usage
-                for choice in chunk.choices[:1]:
-                    if choice.delta is not None and choice.delta.content:
-                        pieces.append(choice.delta.content)
-                        request.on_text(choice.delta.content)
-                    finish = choice.finish_reason or finish
+                reader.read(chunk)
         except (openai.APIError, ValueError) as exc:  # a body that is not an event stream
             if isinstance(exc, openai.APIStatusError | openai.APIConnectionError):
                 raise
@@ -316,23 +321,9 @@ class OpenAIModel:
             ) from None
         finally:
             await stream.close()
-        return self._streamed_response("".join(pieces), finish, usage, request)
+        return self._answer(reader.answer(), reader.finish, reader.usage, reader.model, request)
 
-    def _streamed_response(
-        self, text: str, finish: str | None, usage: Any, request: ModelRequest
-    ) -> ModelResponse:
-        tokens_in = usage.prompt_tokens if usage else estimate_tokens(request.text())
-        tokens_out = usage.completion_tokens if usage else (estimate_tokens(text) if text else 0)
-        cost = price_usd(self._model, tokens_in, tokens_out)
-        return ModelResponse(
-            text=text,
-            tokens_in=tokens_in,
-            tokens_out=tokens_out,
-            cost_usd=cost if self._priced else 0.0,
-            finish_reason=finish,
-        )
-
-    def _params(self, request: ModelRequest, form: StructuredOutput) -> dict[str, Any]:
+    def _params(self, request: ModelRequest, mode: OutputMode) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self._model,
             "messages": [dict(message) for message in request.messages],
@@ -343,41 +334,77 @@ class OpenAIModel:
         schema = request.json_schema
         if schema is None:
             return params
-        if form == "json_schema":
+        strict = is_strict_compatible(schema)
+        if mode == "native":
             params["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {
-                    "name": request.schema_name,
-                    "schema": schema,
-                    "strict": is_strict_compatible(schema),
-                },
+                "json_schema": {"name": request.schema_name, "schema": schema, "strict": strict},
             }
-        elif form == "json_object+schema":
-            params["response_format"] = {"type": "json_object", "schema": schema}
+        elif mode == "tool":
+            function: dict[str, Any] = {
+                "name": outputs.ANSWER_TOOL,
+                "description": f"Give the {request.schema_name} as this function's arguments.",
+                "parameters": schema,
+            }
+            if strict:
+                function["strict"] = True
+            params["tools"] = [{"type": "function", "function": function}]
+            params["tool_choice"] = {"type": "function", "function": {"name": outputs.ANSWER_TOOL}}
         else:
-            params["response_format"] = {"type": "json_object"}
+            params["messages"] = _with_schema(request.messages, schema)
+            if mode == "json":
+                params["response_format"] = {"type": "json_object", "schema": schema}
         return params
 
-    def _response(self, body: bytes, content_type: str, request: ModelRequest) -> ModelResponse:
+    def _response(
+        self, body: bytes, content_type: str, request: ModelRequest, mode: OutputMode
+    ) -> ModelResponse:
         try:
             completion = _Completion.model_validate_json(body)
         except ValidationError:
             raise self._bad_response(body, content_type) from None
         if not completion.choices:
-            return ModelResponse(text="", tokens_in=estimate_tokens(request.text()))
+            return self._answer("", "stop", completion.usage, completion.model, request)
         choice = completion.choices[0]
-        text = choice.message.content or ""
-        usage = completion.usage
-        tokens_in = usage.prompt_tokens if usage else estimate_tokens(request.text())
-        tokens_out = usage.completion_tokens if usage else (estimate_tokens(text) if text else 0)
-        cost = price_usd(completion.model or self._model, tokens_in, tokens_out)
+        calls = choice.message.tool_calls or []
+        arguments = calls[0].function.text() if calls else None
+        text = _answer_text(choice.message.content or "", arguments, request, mode)
+        return self._answer(text, choice.finish_reason, completion.usage, completion.model, request)
+
+    def _answer(
+        self,
+        text: str,
+        finish: str | None,
+        usage: _Usage | Any,
+        served: str | None,
+        request: ModelRequest,
+    ) -> ModelResponse:
+        """The response: the server's token counts, or estimates marked as such."""
+        if usage is not None:
+            tokens_in, tokens_out = usage.prompt_tokens, usage.completion_tokens
+        else:
+            tokens_in = estimate_tokens(request.text())
+            tokens_out = estimate_tokens(text) if text else 0
         return ModelResponse(
             text=text,
             tokens_in=tokens_in,
             tokens_out=tokens_out,
-            cost_usd=cost if self._priced else 0.0,
-            finish_reason=choice.finish_reason,
+            cost_usd=self._cost(served, tokens_in, tokens_out),
+            finish_reason=finish,
+            estimated=usage is None,
         )
+
+    def _cost(self, served: str | None, tokens_in: int, tokens_out: int) -> float | None:
+        """What the call cost; ``None`` when neither model's price is known.
+
+        The model the server names (a dated snapshot, an Azure deployment's model) is
+        priced first, then the one asked for.
+        """
+        for name in (served, self._model):
+            cost = prices.cost_usd(self.provider, name, tokens_in, tokens_out) if name else None
+            if cost is not None:
+                return cost
+        return None
 
     def _bad_response(self, body: bytes, content_type: str) -> ModelError:
         where = self._base_url or "OpenAI"
@@ -408,36 +435,118 @@ class OpenAIModel:
         failure = _failure(exc, self._scrub)
         return status_error(self._endpoint(), failure, attempts=self._retry.attempts)
 
-    def _format_error(self, exc: openai.APIStatusError) -> ModelError:
-        if exc.status_code in _FALLBACK_STATUS:
-            return self._status_error(exc)  # perhaps not about the format at all
-        return ModelError(
-            "bad_request",
-            f"{self.name}: {self._base_url or 'OpenAI'!r} refused response_format down to "
-            f"plain json_object ({exc.status_code}): {self._scrub(_server_message(exc))}; "
-            "use a server or model that can answer in JSON",
-        )
-
     def _scrub(self, text: str) -> str:
         if self._api_key and self._api_key != "unused":
             text = text.replace(self._api_key, "***")
         return text[:500]
 
 
-def _next_format(form: StructuredOutput) -> StructuredOutput:
-    return _FORMATS[_FORMATS.index(form) + 1]
+class _StreamReader:
+    """Collects a streamed answer from its chunks, telling the caller as pieces come.
+
+    Text goes to ``request.on_text`` (a tool call's arguments in ``tool`` mode; in
+    ``prompt`` mode, from the first bracket on, so a stream reader sees JSON, not prose),
+    and the chunks so far, one token each as servers send them, to ``request.progress``.
+    """
+
+    def __init__(self, request: ModelRequest, mode: OutputMode) -> None:
+        self._request = request
+        self._mode: OutputMode | None = mode if request.json_schema is not None else None
+        self._content: list[str] = []
+        self._arguments: list[str] | None = None
+        self._chunks = 0
+        self._held = ""
+        self._started = self._mode != "prompt"
+        self.finish: str | None = None
+        self.usage: Any = None
+        self.model: str | None = None
+
+    def read(self, chunk: Any) -> None:
+        """Take one ``ChatCompletionChunk``."""
+        self.usage = chunk.usage or self.usage
+        self.model = chunk.model or self.model
+        for choice in chunk.choices[:1]:
+            self.finish = choice.finish_reason or self.finish
+            delta = choice.delta
+            if delta is None:
+                continue
+            for call in (delta.tool_calls or [])[:1]:
+                if call.index == 0 and call.function is not None:
+                    if self._arguments is None:
+                        self._arguments = []
+                    self._piece(call.function.arguments or "", self._arguments)
+            if delta.content:
+                self._piece(delta.content, self._content)
+
+    def answer(self) -> str:
+        """The whole answer, as :func:`_answer_text` reads it."""
+        arguments = "".join(self._arguments) if self._arguments is not None else None
+        return _answer_text("".join(self._content), arguments, self._request, self._mode)
+
+    def _piece(self, piece: str, into: list[str]) -> None:
+        if not piece:
+            return
+        into.append(piece)
+        self._chunks += 1
+        if self._request.progress is not None:
+            self._request.progress("generating", self._chunks)
+        if self._request.on_text is None:
+            return
+        if (self._mode == "tool") == (into is self._arguments):
+            self._tell(piece)  # in tool mode the answer is the call's arguments, not prose
+
+    def _tell(self, piece: str) -> None:
+        assert self._request.on_text is not None
+        if not self._started:
+            self._held += piece
+            starts = [at for at in (self._held.find("{"), self._held.find("[")) if at >= 0]
+            if not starts:
+                return
+            piece, self._held, self._started = self._held[min(starts) :], "", True
+        self._request.on_text(piece)
 
 
-def _refuses_format(exc: openai.APIStatusError) -> bool:
-    """Whether the server refused the request's ``response_format`` rather than failed.
+def _answer_text(
+    content: str, arguments: str | None, request: ModelRequest, mode: OutputMode | None
+) -> str:
+    """The answer a call gave in ``mode``: a tool call's arguments, or its text.
 
-    400 and 422 count whatever they say; a 5xx only when its body names the format
+    In ``prompt`` mode, and in ``tool`` mode when the server answered in text instead of
+    calling the tool, the first complete JSON value of the text is taken.
+    """
+    if request.json_schema is None or mode is None:
+        return content
+    if mode == "tool" and arguments is not None:
+        return arguments
+    if mode in ("tool", "prompt"):
+        return outputs.extract_json(content)
+    return content
+
+
+def _with_schema(messages: tuple[Message, ...], schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """``messages`` with the schema stated at the end of the system message.
+
+    A system message is added first when there is none.
+    """
+    stated = outputs.schema_instructions(schema)
+    sent: list[dict[str, Any]] = [dict(message) for message in messages]
+    if sent and sent[0]["role"] == "system":
+        sent[0]["content"] = f"{sent[0]['content']}\n\n{stated}"
+    else:
+        sent.insert(0, {"role": "system", "content": stated})
+    return sent
+
+
+def _refuses_mode(exc: openai.APIStatusError) -> bool:
+    """Whether the server refused the request's output mode rather than failed.
+
+    400 and 422 count whatever they say; a 5xx only when its body names the mode's part
     (llama-cpp-python's server answers an unknown ``response_format`` type with 500).
     """
-    if exc.status_code in _FALLBACK_STATUS:
+    if exc.status_code in BAD_REQUEST_STATUS:
         return True
     body = exc.response.text.lower()
-    return exc.status_code >= 500 and any(word in body for word in _FORMAT_WORDS)
+    return exc.status_code >= 500 and any(word in body for word in _REFUSAL_WORDS)
 
 
 def _failure(exc: openai.APIStatusError, scrub: Callable[[str], str]) -> Failure:

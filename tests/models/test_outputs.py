@@ -1,0 +1,94 @@
+"""Output modes: their order, the memory of the mode that worked, JSON taken from prose."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from taskdecomp import ConfigError
+from taskdecomp.models.outputs import (
+    MODES,
+    ModeMemory,
+    extract_json,
+    fallbacks,
+    output_mode,
+    schema_instructions,
+)
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+CONTAINERS = st.one_of(
+    st.lists(JSON_VALUES, max_size=4), st.dictionaries(st.text(), JSON_VALUES, max_size=4)
+)
+PROSE = st.text(alphabet=st.characters(blacklist_characters="{["), max_size=40)
+
+
+def test_modes_fall_back_best_first_and_always_end_at_prompt() -> None:
+    assert MODES == ("native", "tool", "json", "prompt")
+    assert fallbacks("native") == MODES
+    assert fallbacks("json") == ("json", "prompt")
+    assert fallbacks("native", supported=("tool",)) == ("tool", "prompt")
+    assert fallbacks("prompt", supported=()) == ("prompt",)
+
+
+def test_an_unknown_mode_names_the_valid_ones() -> None:
+    assert output_mode("tool") == "tool"
+    with pytest.raises(ConfigError, match="'xml': pick one of native, tool, json, prompt"):
+        output_mode("xml")
+
+
+def test_the_memory_starts_at_the_later_of_the_chosen_and_the_known_mode() -> None:
+    memory = ModeMemory()
+    assert memory.first("server", "native") == "native"
+    memory.remember("server", "json")
+    assert memory.first("server", "native") == "json"
+    assert memory.first("server", "prompt") == "prompt"
+    assert memory.first("other", "tool") == "tool"
+    memory.forget()
+    assert memory.first("server", "native") == "native"
+
+
+def test_schema_instructions_state_the_schema_exactly() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    text = schema_instructions(schema)
+    assert json.loads(text.partition("\n")[2]) == schema
+
+
+@given(before=PROSE, value=CONTAINERS, after=st.text(max_size=40))
+def test_the_first_json_value_is_found_after_prose(before: str, value: Any, after: str) -> None:
+    written = json.dumps(value)
+    assert json.loads(extract_json(f"{before}{written}{after}")) == value
+
+
+@given(before=PROSE, value=CONTAINERS, after=PROSE)
+def test_a_value_in_a_code_fence_is_found(before: str, value: Any, after: str) -> None:
+    fenced = f"{before}\n```json\n{json.dumps(value, indent=2)}\n```\n{after}"
+    assert json.loads(extract_json(fenced)) == value
+
+
+@given(text=st.text(alphabet='{}[]"\\ :,ab', max_size=12))
+def test_braces_inside_strings_do_not_end_a_value(text: str) -> None:
+    value = {"note": text, "list": [text, {"inner": text}]}
+    assert json.loads(extract_json(f"Plan: {json.dumps(value)} done.")) == value
+
+
+@given(text=PROSE)
+def test_text_without_json_is_returned_as_written(text: str) -> None:
+    assert extract_json(text) == text
+
+
+def test_a_broken_value_is_skipped_for_the_next_complete_one() -> None:
+    assert extract_json('draft {"a": 1, then {"b": 2}') == '{"b": 2}'
+    assert extract_json('{"a": [1, 2') == '{"a": [1, 2'  # none complete: the text as written
+
+
+def test_deep_nesting_is_left_to_the_strict_parse() -> None:
+    deep = "[" * 100_000
+    assert extract_json(f"x {deep}") == deep
