@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 import os
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from taskdecomp import run_sync
 from taskdecomp.engine import approve_sync
@@ -22,6 +25,7 @@ from taskdecomp.redact import (
     REDACTED,
     RedactingFilter,
     Redactor,
+    StreamRedactor,
     add_log_filter,
     declare,
     is_secret_name,
@@ -372,3 +376,23 @@ def _runs(capsys: pytest.CaptureFixture[str], db: Path) -> list[dict[str, Any]]:
     assert code == 0, err
     runs: list[dict[str, Any]] = json.loads(out)
     return runs
+
+
+@given(
+    before=st.text(max_size=40),
+    after=st.text(max_size=40),
+    cuts=st.lists(st.integers(min_value=0, max_value=120), max_size=8),
+)
+def test_a_streamed_text_is_redacted_as_a_whole_however_it_is_cut(
+    before: str, after: str, cuts: list[int]
+) -> None:
+    secret = "sk-stream-0123456789abcdef"
+    redactor = Redactor.of([secret])
+    text = before + secret + after
+    bounds = sorted({0, len(text), *(cut for cut in cuts if cut < len(text))})
+    stream = StreamRedactor(redactor)
+    shown = [stream.feed(text[a:b]) for a, b in itertools.pairwise(bounds)]
+    shown.append(stream.flush())
+    assert "".join(shown) == redactor.text(text)
+    if secret[:12] not in before + after:  # no piece shows the secret's beginning either
+        assert all(secret[:12] not in piece for piece in shown)

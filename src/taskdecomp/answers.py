@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from taskdecomp import stops
+from taskdecomp import redact, stops
 from taskdecomp.answertype import AnswerMismatch, AnswerType
 from taskdecomp.events import AnswerDelta
 from taskdecomp.models.base import Model, ModelRequest, ModelResponse, streams
@@ -82,10 +82,16 @@ async def combine(
     if deltas is not None:
         request = replace(request, on_text=deltas)
     if answer_type is None:
-        response = await ctx.ask(request, model=model)
+        try:
+            response = await ctx.ask(request, model=model)
+        finally:
+            if deltas is not None:
+                deltas.end()
         return Answer(text=response.text.strip())
 
     def check(response: ModelResponse) -> Answer:
+        if deltas is not None:
+            deltas.end()
         try:
             return _typed(ctx, answer_type, response)
         except StopRun:
@@ -93,7 +99,7 @@ async def combine(
                 deltas.attempt += 1  # a repaired answer's pieces start over
             raise
 
-    return await ask_checked(ctx, request, check, model=model)
+    return await ask_checked(ctx, request, check, model=model, stream_repairs=True)
 
 
 def typed(phases: Phases, answer_type: AnswerType, model: Model | None) -> Phases:
@@ -158,16 +164,33 @@ def _invalid(rule: str, message: str) -> StopRun:
 
 
 class _Deltas:
-    """Emits each piece of a streamed answer as an ``AnswerDelta``, from any thread."""
+    """Emits each piece of a streamed answer as an ``AnswerDelta``, from any thread.
+
+    Pieces pass the run's redactor as one text, so a secret split between two pieces is
+    replaced too; :meth:`end` sends what was held back once the answer is complete.
+    """
 
     def __init__(self, ctx: RunContext) -> None:
         self._ctx = ctx
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
+        self._lock = threading.Lock()
+        self._stream = redact.StreamRedactor(ctx.redactor)
         self.attempt = 1
 
     def __call__(self, piece: str) -> None:
-        event = AnswerDelta(run_id=self._ctx.run_id, text=piece, attempt=self.attempt)
+        with self._lock:
+            self._emit(self._stream.feed(piece))
+
+    def end(self) -> None:
+        """The answer is complete: send the rest of it."""
+        with self._lock:
+            self._emit(self._stream.flush())
+
+    def _emit(self, text: str) -> None:
+        if not text:
+            return
+        event = AnswerDelta(run_id=self._ctx.run_id, text=text, attempt=self.attempt)
         if threading.get_ident() == self._thread:
             self._ctx.events.emit(event)  # in order, before the call returns
             return

@@ -46,6 +46,7 @@ SECRET_NAMES = frozenset({"OPENAI_API_KEY", "TASKDECOMP_API_TOKEN"})
 """Variables that always hold secrets: the built-in provider's key and the service's token."""
 
 _declared: set[str] = set()
+_declared_values: set[str] = set()
 _declared_lock = threading.Lock()
 
 T = TypeVar("T")
@@ -68,6 +69,17 @@ def declare(name: str) -> None:
     """
     with _declared_lock:
         _declared.add(name)
+
+
+def declare_value(value: str) -> str:
+    """Treat ``value`` as a secret from now on, wherever it was read; return it.
+
+    A key read from ``.env`` (by the settings) is not in the process environment, so a
+    redactor built from the environment would not know it: whoever reads a key calls this.
+    """
+    with _declared_lock:
+        _declared_values.add(value)
+    return value
 
 
 def is_secret_name(name: str) -> bool:
@@ -110,11 +122,16 @@ class Redactor:
     ) -> Redactor:
         """A redactor of the secret variables in ``environ`` (default: the process's).
 
-        ``names`` are treated as secret variables too.
+        ``names`` are treated as secret variables too. With the process's environment,
+        every value given to :func:`declare_value` (a key read from ``.env``) is a secret
+        too.
         """
         env = os.environ if environ is None else environ
         extra = set(names)
-        return cls.of(value for name, value in env.items() if name in extra or is_secret_name(name))
+        with _declared_lock:  # the process's own secrets, read from elsewhere (.env)
+            declared = list(_declared_values) if environ is None else []
+        named = (value for name, value in env.items() if name in extra or is_secret_name(name))
+        return cls.of([*named, *declared])
 
     def __bool__(self) -> bool:
         """Whether there is anything to redact."""
@@ -234,6 +251,35 @@ def _shape(kind: type) -> _Shape | tuple[()]:
     if len(names) == 1:
         return names, lambda value: (get(value),), frozen
     return names, get, frozen
+
+
+class StreamRedactor:
+    """Redacts a text that arrives in pieces, a secret split between two pieces included.
+
+    :meth:`feed` returns what is safe to show of the text so far and holds back a tail as
+    long as the longest secret less one character (it could be a secret's beginning);
+    :meth:`flush` returns the rest once the text is complete. Not thread-safe: a caller fed
+    from several threads holds a lock around it.
+    """
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._hold = max((len(secret) for secret in redactor.secrets), default=1) - 1
+        self._tail = ""
+
+    def feed(self, piece: str) -> str:
+        """The text that can be shown now, with ``piece`` added."""
+        if not self._redactor:
+            return piece
+        text = self._redactor.text(self._tail + piece)
+        cut = max(0, len(text) - self._hold)
+        self._tail = text[cut:]
+        return text[:cut]
+
+    def flush(self) -> str:
+        """What was held back, redacted: the text is complete."""
+        rest, self._tail = self._tail, ""
+        return self._redactor.text(rest)
 
 
 class RedactingFilter(logging.Filter):

@@ -89,13 +89,15 @@ async def ask_checked(
     check: Callable[[ModelResponse], T],
     *,
     model: Model | None = None,
+    stream_repairs: bool = False,
 ) -> T:
     """Ask ``request`` and return what ``check`` makes of the answer, repairing refusals.
 
     ``check`` raises :class:`~taskdecomp.stops.StopRun` to refuse an answer. A refusal that
     :func:`repairable` accepts, while repairs are left, sends the conversation back with
-    :func:`repair_messages` (a repaired request has no ``on_text``: its pieces do not go to
-    the first answer's listener); ``check`` sees every answer, in order.
+    :func:`repair_messages`; ``check`` sees every answer, in order. A repaired request has
+    no ``on_text`` (its pieces do not go to the first answer's listener, which reads a plan
+    as it streams) unless ``stream_repairs`` says the listener takes every attempt.
 
     Raises:
         StopRun: what :meth:`RunContext.ask` raises (a budget spent by a repair included),
@@ -122,4 +124,5 @@ async def ask_checked(
                 )
             )
             messages = repair_messages(request.messages, response.text, stop)
-            request = replace(request, messages=messages, on_text=None)
+            on_text = request.on_text if stream_repairs else None
+            request = replace(request, messages=messages, on_text=on_text)

@@ -19,6 +19,7 @@ import platformdirs
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from taskdecomp import redact
 from taskdecomp.budget import Budget
 from taskdecomp.durability import DEFAULT_DURABILITY, DEFAULT_LEASE_SECONDS, Durability
 from taskdecomp.errors import ConfigError
@@ -244,6 +245,17 @@ def load_decomp_settings() -> DecompSettings:
 
 
 _S = TypeVar("_S", bound=BaseSettings)
+
+
+def reveal(secret: SecretStr | None) -> str | None:
+    """A key setting's value, declared a secret so every run redacts it.
+
+    A key read from ``.env`` is not in the process environment, where a run's redactor
+    looks for secrets (:func:`taskdecomp.redact.declare_value`).
+    """
+    if secret is None or not secret.get_secret_value():
+        return None
+    return redact.declare_value(secret.get_secret_value())
 
 
 def _load(cls: type[_S], prefix: str) -> _S:

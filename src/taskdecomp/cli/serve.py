@@ -22,7 +22,12 @@ from taskdecomp.cli._app import (
 from taskdecomp.cli.priceopts import price_options
 from taskdecomp.errors import ConfigError
 from taskdecomp.models.outputs import OutputMode
-from taskdecomp.settings import choose_model, load_decomp_settings, load_openai_settings
+from taskdecomp.settings import (
+    choose_model,
+    load_decomp_settings,
+    load_openai_settings,
+    reveal,
+)
 
 GRACE_SECONDS = 3
 """How long open connections get to finish once the server is told to stop."""
@@ -255,7 +260,7 @@ def _config(
     from taskdecomp.server.config import ServerConfig, check_bind, parse_toolsets
 
     settings, decomp = load_settings(), load_decomp_settings()
-    token = settings.api_token.get_secret_value() if settings.api_token is not None else None
+    token = reveal(settings.api_token)
     check_bind(host, token)
     chosen = models or (
         choose_model(

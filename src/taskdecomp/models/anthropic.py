@@ -59,7 +59,7 @@ from taskdecomp.models.http_errors import (
 )
 from taskdecomp.models.outputs import OutputMode
 from taskdecomp.models.retry import Retry, RetryPolicy, retry_after, with_retries
-from taskdecomp.settings import _load
+from taskdecomp.settings import _load, reveal
 
 if TYPE_CHECKING:
     import ssl
@@ -153,7 +153,7 @@ def anthropic_model(
             "the anthropic provider needs a model: use --model anthropic:claude-sonnet-4-5 "
             "(or another Claude model), or set ANTHROPIC_MODEL"
         )
-    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    key = reveal(settings.api_key)
     if connection.api_key_env is not None:
         key = connection.api_key()
     mode = getattr(connection, "output_mode", None)

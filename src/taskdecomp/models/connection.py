@@ -63,4 +63,4 @@ class Connection:
             raise ConfigError(
                 f"the environment variable {self.api_key_env!r} holds no key; export it first"
             )
-        return key
+        return redact.declare_value(key)

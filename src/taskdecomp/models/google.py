@@ -72,6 +72,7 @@ from taskdecomp.models.outputs import (
     schema_instructions,
 )
 from taskdecomp.models.retry import Retry, RetryPolicy, retry_after, with_retries
+from taskdecomp.settings import reveal
 
 if TYPE_CHECKING:
     import ssl
@@ -121,8 +122,7 @@ class GoogleSettings(BaseSettings):
 
     def api_key(self) -> str | None:
         """The key, from the first of :data:`KEY_VARIABLES` that is set."""
-        secret = self.google_api_key or self.gemini_api_key
-        return secret.get_secret_value() if secret is not None else None
+        return reveal(self.google_api_key or self.gemini_api_key)
 
 
 def load_google_settings() -> GoogleSettings:

@@ -70,7 +70,7 @@ from taskdecomp.models.outputs import OutputMode
 from taskdecomp.models.retry import Retry, retry_after, with_retries
 from taskdecomp.models.retry import RetryPolicy as RetryPolicy
 from taskdecomp.models.schemas import is_strict_compatible
-from taskdecomp.settings import OpenAISettings, load_openai_settings
+from taskdecomp.settings import OpenAISettings, load_openai_settings, reveal
 
 if TYPE_CHECKING:
     import openai
@@ -140,7 +140,7 @@ def openai_model(
     """
     settings = settings or load_openai_settings()
     connection = connection or Connection()
-    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    key = reveal(settings.api_key)
     if connection.api_key_env is not None:
         key = connection.api_key()
     return OpenAIModel(
