@@ -18,6 +18,7 @@ from taskdecomp import (
     run_sync,
     runconfig,
 )
+from taskdecomp.run import RunId
 from taskdecomp.store import NewRun, SqlStore, open_store
 from taskdecomp.strategies.replan import ReplanOptions
 from tests.conftest import SALES_TOOLS
@@ -249,9 +250,9 @@ def test_a_resume_may_give_a_role_another_model(tmp_path: Path, sqlite: SqlStore
 def test_an_older_run_s_combiner_model_reads_as_the_combiner_role(sqlite: SqlStore) -> None:
     config = {"budget": {}, "allow": ["fetch"], "combiner_model": "scripted:c.json"}
     sqlite.create_run(
-        NewRun(run_id="old", goal="g", model="scripted:p.json", tools=None, config=config),
+        NewRun(run_id=RunId("old"), goal="g", model="scripted:p.json", tools=None, config=config),
         owner="test",
         ttl=30,
     )
-    stored = runconfig.stored_config(sqlite.load_run("old"))
+    stored = runconfig.stored_config(sqlite.load_run(RunId("old")))
     assert stored.roles == {"combiner": "scripted:c.json"}
