@@ -84,6 +84,8 @@ if typing.TYPE_CHECKING:
     )
     from taskdecomp.plan import Plan, Step, TaskId
     from taskdecomp.policy import parse_model_json, validate_plan_action
+    from taskdecomp.prompting import PromptInput
+    from taskdecomp.roles import Roles
     from taskdecomp.run import HistoryEntry, RunId, RunResult, TraceEntry
     from taskdecomp.scale.submit import submit
     from taskdecomp.stops import CODES, StopReason, StopRun, is_known
@@ -142,6 +144,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ),
     "taskdecomp.plan": ("Plan", "Step", "TaskId"),
     "taskdecomp.policy": ("parse_model_json", "validate_plan_action"),
+    "taskdecomp.prompting": ("PromptInput",),
+    "taskdecomp.roles": ("Roles",),
     "taskdecomp.run": ("HistoryEntry", "RunId", "RunResult", "TraceEntry"),
     "taskdecomp.scale.submit": ("submit",),
     "taskdecomp.stops": ("CODES", "StopReason", "StopRun", "is_known"),
@@ -195,9 +199,11 @@ __all__ = [
     "PlanRevised",
     "PlanTree",
     "PlanTreeId",
+    "PromptInput",
     "ReplanDecided",
     "ReplanOptions",
     "Retry",
+    "Roles",
     "RunId",
     "RunLeasedError",
     "RunNotFoundError",

@@ -135,6 +135,7 @@ def _request(ctx: RunContext, answer_type: AnswerType | None, draft: str | None)
         ),
         json_schema=answer_type.schema if answer_type is not None else None,
         schema_name="answer",
+        payload=payload,
     )
 
 

@@ -1,7 +1,9 @@
 """The settings stored with a run, so that a resume (in any process) can rebuild it.
 
-A run's row keeps its goal, its planner's model string and its toolset's source, and a
-JSON ``config``: the budget, the allowed tools, the combiner's model, the strategy, the
+A run's row keeps its goal, its model string and its toolset's source, and a JSON
+``config``: the budget, the allowed tools, the model strings of the roles that have their
+own (``roles``: ``{"combiner": "openai:gpt-4.1-mini"}``; runs stored before roles keep
+their combiner's as ``combiner_model``, read as the combiner role's), the strategy, the
 strategy's options under the strategy's name, and the answer's JSON schema (``answer_schema``)
 when the run has an answer type.
 """
@@ -9,15 +11,16 @@ when the run has an answer type.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from taskdecomp.budget import Budget
 from taskdecomp.errors import ConfigError, CorruptRecordError
 from taskdecomp.redact import Redactor
+from taskdecomp.roles import Role
 from taskdecomp.run import RunId
 from taskdecomp.store.base import NewRun, StoredRun
 from taskdecomp.tools import Toolset
@@ -30,7 +33,8 @@ class StoredConfig:
     budget: Budget
     allow: tuple[str, ...]
     """The tools the run allowed."""
-    combiner_model: str | None
+    roles: Mapping[Role, str] = field(default_factory=dict)
+    """The model strings of the roles that have their own model."""
     strategy: str = "plan_execute"
     """The strategy the run uses."""
     options: Mapping[str, Any] | None = None
@@ -43,7 +47,9 @@ class _ConfigModel(BaseModel):
     model_config = ConfigDict(extra="allow")  # a strategy's options, under its name
     budget: dict[str, Any]
     allow: list[str]
+    roles: dict[Role, str] = Field(default_factory=dict)
     combiner_model: str | None = None
+    """Before roles: the combiner's model, now the combiner role's."""
     strategy: str = "plan_execute"
     answer_schema: dict[str, Any] | None = None
 
@@ -54,7 +60,7 @@ def new_run(
     *,
     tools: object,
     model: object,
-    combiner_model: object,
+    roles: Mapping[Role, object] | None = None,
     allow: Iterable[str],
     budget: Budget,
     strategy: str = "plan_execute",
@@ -63,6 +69,8 @@ def new_run(
 ) -> NewRun:
     """What to store when a run starts: enough for a resume to rebuild it.
 
+    ``roles`` (a model or model string per role) are stored as model strings; a model
+    object without a string name is left out (a resume then needs it again).
     ``options`` (the strategy's, in their JSON form) are stored under the strategy's name;
     ``answer_schema``, the JSON schema of the run's answer type, only when given.
     The values of secret variables in the goal and the options are stored as
@@ -71,7 +79,7 @@ def new_run(
     config: dict[str, Any] = {
         "budget": asdict(budget),
         "allow": sorted(allow),
-        "combiner_model": model_name(combiner_model),
+        "roles": role_names(roles or {}),
         "strategy": strategy,
     }
     if answer_schema is not None:
@@ -96,6 +104,11 @@ def model_name(model: object) -> str | None:
         return model
     name = getattr(model, "name", None)
     return name if isinstance(name, str) else None
+
+
+def role_names(roles: Mapping[Role, object]) -> dict[Role, str]:
+    """The model strings of ``roles``, leaving out those that have none."""
+    return {role: name for role, model in roles.items() if (name := model_name(model))}
 
 
 def tools_name(tools: object) -> str | None:
@@ -129,11 +142,18 @@ def stored_config(stored: StoredRun) -> StoredConfig:
     return StoredConfig(
         budget=budget,
         allow=tuple(raw.allow),
-        combiner_model=raw.combiner_model,
+        roles=_roles(raw),
         strategy=raw.strategy,
         options=options,
         answer_schema=raw.answer_schema,
     )
+
+
+def _roles(raw: _ConfigModel) -> dict[Role, str]:
+    """The stored role models, with an older run's ``combiner_model`` as its combiner's."""
+    if raw.combiner_model is not None and "combiner" not in raw.roles:
+        return {**raw.roles, "combiner": raw.combiner_model}
+    return dict(raw.roles)
 
 
 def require(value: str | None, what: str, run_id: RunId) -> str:

@@ -35,7 +35,9 @@ from taskdecomp.models.base import (
     estimate_tokens,
 )
 from taskdecomp.plan import Plan, Step
+from taskdecomp.prompting import Prompts
 from taskdecomp.redact import Redactor
+from taskdecomp.roles import Role, role_of
 from taskdecomp.run import HistoryEntry, RunId, TraceEntry
 from taskdecomp.stops import StopRun, with_detail
 
@@ -87,6 +89,16 @@ class RunContext:
     """Carries out instruction steps (the ``replan`` strategy's executor agent)."""
     redactor: Redactor = field(default_factory=Redactor.from_environ)
     """Replaces secrets in what the run records: its events, its journal, its result."""
+    roles: Mapping[Role, Model] = field(default_factory=dict)
+    """The models of the roles that have their own (:mod:`taskdecomp.roles`); every other
+    call goes to :attr:`model`."""
+    prompts: Prompts | None = None
+    """The caller's prompt-building functions, by role (:mod:`taskdecomp.prompting`)."""
+
+    def model_for(self, phase: stops.LlmPhase) -> Model:
+        """The model that answers calls of ``phase``: its role's, else the run's."""
+        role = role_of(phase)
+        return self.roles.get(role, self.model) if role is not None else self.model
 
     def step_finished(
         self,
@@ -135,19 +147,24 @@ class RunContext:
     async def ask(self, request: ModelRequest, *, model: Model | None = None) -> ModelResponse:
         """Call the model within the budgets.
 
-        Returns the response with non-empty text. A plan answer cut off by the length
-        limit is refused, never parsed.
+        The model is ``model`` when given, else the one of the request's role
+        (:meth:`model_for`); the messages are built by the role's prompt function when
+        the run has one (:attr:`prompts`). Returns the response with non-empty text. A
+        plan answer cut off by the length limit is refused, never parsed.
 
         Raises:
             StopRun: ``max_llm_calls``, ``max_tokens``, ``max_cost``, ``llm_timeout``,
-                ``llm_empty``, ``llm_error:<kind>`` or ``<family>:truncated`` for a plan, replan
+                ``llm_empty``, ``llm_error:<kind>`` (``llm_error:prompt_function`` when
+                a prompt function fails) or ``<family>:truncated`` for a plan, replan
                 or executor answer cut off by the length limit; and ``lease_lost`` before
                 calling, once another process owns the run.
         """
         if self.journal is not None:
             self.journal.check()
         phase = request.phase
-        chosen = model or self.model
+        chosen = model or self.model_for(phase)
+        if self.prompts is not None:
+            request = self.prompts.apply(request, self.goal)
         tokens = estimate_tokens(request.text())
         cost = chosen.estimate_cost(tokens) if isinstance(chosen, PricedModel) else 0.0
         self.meter.before_model_call(phase, estimated_tokens=tokens, estimated_cost_usd=cost)

@@ -45,6 +45,12 @@ class Settings(BaseSettings):
     """The planner's model string (``TASKDECOMP_MODEL``)."""
     combiner_model: str | None = None
     """The combiner's model string; default: the planner's (``TASKDECOMP_COMBINER_MODEL``)."""
+    executor_model: str | None = None
+    """The executor agent's model string (``TASKDECOMP_EXECUTOR_MODEL``)."""
+    replanner_model: str | None = None
+    """The replanner's model string (``TASKDECOMP_REPLANNER_MODEL``)."""
+    rollup_model: str | None = None
+    """The roll-ups' model string (``TASKDECOMP_ROLLUP_MODEL``)."""
     max_plan_steps: int | None = None
     max_execute_steps: int | None = None
     max_tool_calls: int | None = None
@@ -115,6 +121,15 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_dir().expanduser() / DEFAULT_DB_NAME}"
+
+    def role_models(self, **flags: str | None) -> dict[str, str]:
+        """The model strings of the roles that have their own, from flags, else settings.
+
+        ``flags`` are the roles' (``executor=...``, ``combiner=...``), ``None`` when not
+        given; a role named neither way is left out.
+        """
+        chosen = {role: flag or getattr(self, f"{role}_model") for role, flag in flags.items()}
+        return {role: spec for role, spec in chosen.items() if spec}
 
     def budget(self, **flags: Any) -> Budget:
         """A budget from flags (when not ``None``), else these settings, else the defaults.

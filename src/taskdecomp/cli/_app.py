@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from taskdecomp.engine import Environment
     from taskdecomp.models import Model
     from taskdecomp.models.outputs import OutputMode
+    from taskdecomp.roles import Role
     from taskdecomp.settings import Settings
     from taskdecomp.store import SqlStore
     from taskdecomp.tools import Toolset
@@ -436,21 +437,21 @@ def environment(
 
 def build_models(
     planner: str,
-    combiner: str | None,
+    roles: Mapping[Role, str] | None,
     *,
     base_url: str | None,
     output_mode: OutputMode | None = None,
-) -> tuple[Model, Model | None]:
-    """The planner's and combiner's models; ``--base-url`` goes to those that connect.
+) -> tuple[Model, dict[Role, Model]]:
+    """The run's model and the models of the roles that have their own.
 
     Model strings are resolved here, before anything is opened or created, so a bad one is
     a usage error with nothing left behind. ``--base-url`` and ``--output-mode`` (else
-    ``TASKDECOMP_OUTPUT_MODE``) reach every provider that connects to a server
+    ``TASKDECOMP_OUTPUT_MODE``) reach every one of them whose provider connects to a server
     (``openai``, or a plugin's).
     """
     from taskdecomp.models import PROVIDERS, Connection, connects, resolve_model
 
-    specs = [planner] if combiner is None else [planner, combiner]
+    specs = [planner, *(roles or {}).values()]
     given = [
         flag for flag, value in (("--base-url", base_url), ("--output-mode", output_mode)) if value
     ]
@@ -470,7 +471,7 @@ def build_models(
     def build(spec: str) -> Model:
         return resolve_model(spec, connection=connection)
 
-    return build(planner), build(combiner) if combiner is not None else None
+    return build(planner), {role: build(spec) for role, spec in (roles or {}).items()}
 
 
 def load_tools(source: str) -> Toolset:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shlex
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 from click.core import ParameterSource
@@ -44,8 +44,34 @@ if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its
     from taskdecomp.events import Event, Subscriber
     from taskdecomp.models import Model
     from taskdecomp.models.outputs import OutputMode
+    from taskdecomp.roles import Role
     from taskdecomp.run import RunResult
     from taskdecomp.store import RunSummary, SqlStore, StoredRun
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def role_model_options(*, default: str, env: bool) -> Callable[[F], F]:
+    """``--executor-model``, ``--replanner-model`` and ``--rollup-model``.
+
+    ``default`` says in their help which model a role without one uses; ``env``, that the
+    help names each one's environment variable.
+    """
+    helps = {
+        "executor": "the executor agent's turns (replan, tree)",
+        "replanner": "the replanner (replan)",
+        "rollup": "the roll-ups of a plan tree (tree)",
+    }
+
+    def decorate(f: F) -> F:
+        for role, does in reversed(helps.items()):
+            note = f"  [env: TASKDECOMP_{role.upper()}_MODEL]" if env else ""
+            text = f"Model for {does} (default: {default}).{note}"
+            f = click.option(f"--{role}-model", help=text)(f)
+        return f
+
+    return decorate
 
 
 @app.command("run")
@@ -54,13 +80,16 @@ if TYPE_CHECKING:  # the rest loads with the command that needs it, not with its
 @click.option("--tools", required=True, help="Toolset: a .py file or an importable module.")
 @click.option(
     "--model",
-    help="Planner model: openai:MODEL, local, local:PATH.gguf or scripted:PATH.  "
+    "--planner-model",
+    help="Planner model, and every role's without its own: openai:MODEL, local, "
+    "local:PATH.gguf or scripted:PATH.  "
     "[env: TASKDECOMP_MODEL; else openai:$OPENAI_MODEL when OPENAI_API_KEY is set; else local]",
 )
 @click.option(
     "--combiner-model",
     help="Model for the combine call (default: the planner's).  [env: TASKDECOMP_COMBINER_MODEL]",
 )
+@role_model_options(default="the planner's", env=True)
 @click.option(
     "--base-url",
     help="OpenAI-compatible server for openai: models.  [env: OPENAI_BASE_URL]",
@@ -133,6 +162,9 @@ def run_command(
     tools: str,
     model: str | None,
     combiner_model: str | None,
+    executor_model: str | None,
+    replanner_model: str | None,
+    rollup_model: str | None,
     base_url: str | None,
     output_mode: OutputMode | None,
     allow: str | None,
@@ -190,9 +222,15 @@ def run_command(
     settings = load_settings()
     budget = settings.budget(**budget_flags)
     openai_settings = load_openai_settings()
-    planner, combiner = build_models(
+    roles = settings.role_models(
+        executor=executor_model,
+        replanner=replanner_model,
+        rollup=rollup_model,
+        combiner=combiner_model,
+    )
+    planner, role_models = build_models(
         choose_model(model, settings, openai_settings, local_available=_app.local_model_available),
-        combiner_model or settings.combiner_model,
+        cast("dict[Role, str]", roles),
         base_url=base_url,
         output_mode=output_mode,
     )
@@ -207,7 +245,7 @@ def run_command(
                 text or "",  # none: the stored tree's title, or its node's name
                 tools=toolset,
                 model=planner,
-                combiner_model=combiner,
+                roles=role_models,
                 allow=allowed,
                 budget=budget,
                 on_event=on_event,
@@ -412,8 +450,9 @@ def show_command(run_id: str, as_json: bool, db: str | None) -> int:
 @app.command("resume")
 @click.argument("run_id")
 @click.option("--tools", help="Toolset (default: the one the run was started with).")
-@click.option("--model", help="Planner model (default: the run's).")
+@click.option("--model", "--planner-model", help="Planner model (default: the run's).")
 @click.option("--combiner-model", help="Model for the combine call (default: the run's).")
+@role_model_options(default="the run's", env=False)
 @click.option("--base-url", help="OpenAI-compatible server for openai: models.")
 @price_options
 @OUTPUT_MODE_OPTION
@@ -433,6 +472,9 @@ def resume_command(
     tools: str | None,
     model: str | None,
     combiner_model: str | None,
+    executor_model: str | None,
+    replanner_model: str | None,
+    rollup_model: str | None,
     base_url: str | None,
     output_mode: OutputMode | None,
     allow: str | None,
@@ -474,7 +516,13 @@ def resume_command(
         budget = runconfig.stored_config(stored).budget
         if max_seconds is not None:
             budget = dataclasses.replace(budget, max_seconds=max_seconds)
-        planner, combiner = _resume_models(stored, model, combiner_model, base_url, output_mode)
+        given = {
+            "executor": executor_model,
+            "replanner": replanner_model,
+            "rollup": rollup_model,
+            "combiner": combiner_model,
+        }
+        planner, role_models = _resume_models(stored, model, given, base_url, output_mode)
         source = tools or stored.tools  # none stored: the strategy's own (a workflow's) or an error
         toolset = load_tools(source) if source is not None else None
         return until_done(
@@ -482,7 +530,7 @@ def resume_command(
                 run_id,
                 tools=toolset,
                 model=planner,
-                combiner_model=combiner,
+                roles=role_models,
                 allow=names(allow),
                 budget=budget,
                 on_event=on_event,
@@ -497,17 +545,21 @@ def resume_command(
 def _resume_models(
     stored: StoredRun,
     model: str | None,
-    combiner_model: str | None,
+    given: Mapping[str, str | None],
     base_url: str | None,
     output_mode: OutputMode | None,
-) -> tuple[Model | None, Model | str | None]:
+) -> tuple[Model | None, dict[Role, Model] | dict[str, str]]:
+    """The run's model and its role models: the flags', else the ones stored with the run."""
     from taskdecomp import runconfig
 
+    roles = {str(role): spec for role, spec in runconfig.stored_config(stored).roles.items()}
+    roles.update({role: spec for role, spec in given.items() if spec})
     planner_spec = model or stored.model
     if planner_spec is None:
-        return None, combiner_model  # resume() explains what is missing
-    combiner_spec = combiner_model or runconfig.stored_config(stored).combiner_model
-    return build_models(planner_spec, combiner_spec, base_url=base_url, output_mode=output_mode)
+        return None, roles  # resume() explains what is missing
+    return build_models(
+        planner_spec, cast("dict[Role, str]", roles), base_url=base_url, output_mode=output_mode
+    )
 
 
 def _summary_dict(summary: RunSummary) -> dict[str, Any]:

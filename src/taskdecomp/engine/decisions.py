@@ -25,6 +25,8 @@ from taskdecomp.errors import ConfigError
 from taskdecomp.events import ApprovalDecided, RunStopped, Subscriber
 from taskdecomp.models import Model
 from taskdecomp.plan import Plan
+from taskdecomp.prompting import PromptFunction
+from taskdecomp.roles import RoleMapping, Roles
 from taskdecomp.run import RunId, RunResult
 from taskdecomp.runtime import Clock, RunContext, run_blocking
 from taskdecomp.store.base import Store, StoredRun
@@ -40,6 +42,8 @@ async def approve(
     tools: ToolsArg | None = None,
     model: Model | str | None = None,
     combiner_model: Model | str | None = None,
+    roles: Roles | RoleMapping | None = None,
+    prompts: Mapping[str, PromptFunction] | None = None,
     on_event: Subscriber | None = None,
     clock: Clock | None = None,
     lease_seconds: float | None = None,
@@ -59,6 +63,9 @@ async def approve(
         tools: the toolset; default: the one stored with the run.
         model: the planner model; default: the one stored with the run.
         combiner_model: the combine call's model; default: the stored one.
+        roles: models for some roles; a role left out keeps its stored model (see
+            :func:`~taskdecomp.engine.run`).
+        prompts: the run's prompt-building functions (they are not stored).
         on_event: receives every event of the continued run.
         clock: monotonic clock, for tests.
         lease_seconds: this process's lease on the run.
@@ -85,6 +92,8 @@ async def approve(
         tools=tools,
         model=model,
         combiner_model=combiner_model,
+        roles=roles,
+        prompts=prompts,
         on_event=on_event,
         before=decision.record,
         env=e,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from taskdecomp import answers, durable, owners, runconfig
@@ -14,6 +15,8 @@ from taskdecomp.engine.environment import Environment
 from taskdecomp.errors import ConfigError
 from taskdecomp.events import RunStarted, Subscriber
 from taskdecomp.models import Model, ScriptedModel, prices, resolve_model
+from taskdecomp.prompting import PromptFunction, Prompts
+from taskdecomp.roles import RoleMapping, Roles
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext, run_blocking
 from taskdecomp.store.base import Lease, Store, StoredRun
@@ -43,6 +46,8 @@ async def run(
     allow: Iterable[str] | None = None,
     budget: Budget | None = None,
     combiner_model: Model | str | None = None,
+    roles: Roles | RoleMapping | None = None,
+    prompts: Mapping[str, PromptFunction] | None = None,
     on_event: Subscriber | None = None,
     run_id: RunId | None = None,
     clock: Clock | None = None,
@@ -69,10 +74,19 @@ async def run(
     Args:
         goal: what to achieve, in words.
         tools: the toolset (see :data:`ToolsArg`).
-        model: the planner model, or a model string such as ``scripted:plan.json``.
+        model: the run's model, or a model string such as ``scripted:plan.json``: the
+            planner's, and every other role's that ``roles`` leaves out.
         allow: tool names the plan may use; default: every tool in the toolset.
         budget: limits; default: the seed's.
-        combiner_model: a different model for the combine call; default: ``model``.
+        combiner_model: a different model for the combine call; default: ``model``
+            (the same as ``roles={"combiner": ...}``).
+        roles: a model per role (:class:`~taskdecomp.roles.Roles`, or a mapping such as
+            ``{"executor": "openai:gpt-4.1-mini"}``): ``planner``, ``executor``,
+            ``replanner``, ``rollup``, ``combiner``; a role left out uses ``model``.
+            Their model strings are stored with the run.
+        prompts: a prompt-building function per role (:mod:`taskdecomp.prompting`):
+            ``fn(PromptInput) -> list[Message]`` builds the messages of that role's
+            calls. Not stored: pass them again to :func:`resume`.
         on_event: receives every event of the run.
         run_id: use this id instead of a fresh one.
         clock: monotonic clock, for tests.
@@ -104,7 +118,8 @@ async def run(
 
     Raises:
         ConfigError: the goal is empty, the toolset or a model string cannot be loaded,
-            the strategy is unknown, ``output_type`` is not a type an answer can have, or
+            the strategy is unknown, ``output_type`` is not a type an answer can have,
+            ``roles`` or ``prompts`` names something that is not a role, or
             ``budget.max_cost_usd`` is set and a model's price is unknown (before the run
             starts).
         StoreError: the store cannot be written; the run is then left to :func:`resume`.
@@ -125,14 +140,16 @@ async def run(
     typed = answer_type(output_type) if output_type is not None else None
     toolset = as_toolset(tools)
     budget = budget or Budget()
+    named = with_combiner(Roles.of(roles), combiner_model)
+    written = Prompts.of(prompts)
     ctx = build_context(
         goal, toolset, resolve_model(model), allow, budget, e.on_event(on_event),
         run_id or new_run_id(),
     )  # fmt: skip
     if e.clock is not None:
         ctx.clock = e.clock
-    combiner = resolve_model(combiner_model) if combiner_model is not None else None
-    prices.require_prices((ctx.model, combiner or ctx.model), budget.max_cost_usd)
+    ctx.roles, ctx.prompts = named.resolved(resolve_model), written
+    prices.require_prices((ctx.model, *ctx.roles.values()), budget.max_cost_usd)
     started = ctx.clock()
     if (store := e.store) is not None:
         new = runconfig.new_run(
@@ -140,7 +157,7 @@ async def run(
             goal,
             tools=tools,
             model=ctx.model,  # the resolved model's name: file paths made absolute
-            combiner_model=combiner,
+            roles=ctx.roles,
             allow=ctx.gateway.allow,
             budget=budget,
             strategy=chosen.name,
@@ -151,6 +168,7 @@ async def run(
         with store.batch(durable=e.durability == "sync"):  # async: the first barrier syncs it
             lease = store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
         attach_journal(ctx, store, lease, segment=1, started=started, durability=e.durability)
+    combiner = ctx.roles.get("combiner")
     setup = Setup(
         budget=budget, combiner=combiner, stream_plan=stream_plan, store=e.store, answer=typed
     )
@@ -223,6 +241,8 @@ async def resume(
     allow: Iterable[str] | None = None,
     budget: Budget | None = None,
     combiner_model: Model | str | None = None,
+    roles: Roles | RoleMapping | None = None,
+    prompts: Mapping[str, PromptFunction] | None = None,
     on_event: Subscriber | None = None,
     clock: Clock | None = None,
     lease_seconds: float | None = None,
@@ -257,10 +277,14 @@ async def resume(
         run_id: the stored run.
         store: where it is stored.
         tools: the toolset; default: the one stored with the run.
-        model: the planner model; default: the one stored with the run.
+        model: the run's model; default: the one stored with the run.
         allow: tools the plan may use; default: the stored list.
         budget: limits; default: the stored budget.
         combiner_model: the combine call's model; default: the stored one, else ``model``.
+        roles: models for some roles (see :func:`run`); a role left out keeps the model
+            stored with the run, else ``model``.
+        prompts: the prompt-building functions (see :func:`run`); they are not stored,
+            so a run started with some needs them again here.
         on_event: receives every event of the resumed segment.
         clock: monotonic clock, for tests.
         lease_seconds: this process's lease on the run (see :func:`run`).
@@ -294,6 +318,8 @@ async def resume(
         allow=allow,
         budget=budget,
         combiner_model=combiner_model,
+        roles=roles,
+        prompts=prompts,
         on_event=on_event,
         env=e,
         output_type=output_type,
@@ -329,6 +355,8 @@ async def continue_run(
     allow: Iterable[str] | None = None,
     budget: Budget | None = None,
     combiner_model: Model | str | None = None,
+    roles: Roles | RoleMapping | None = None,
+    prompts: Mapping[str, PromptFunction] | None = None,
     on_event: Subscriber | None = None,
     clock: Clock | None = None,
     lease_seconds: float | None = None,
@@ -347,7 +375,8 @@ async def continue_run(
     (an approval records itself there). ``lease``, when the caller has taken the run's
     lease already (a queue worker), is used instead of taking it; ``phases`` replace the
     strategy's (a run a worker only ends). ``output_type`` types the answer; default: the
-    answer schema stored with the run.
+    answer schema stored with the run. ``roles`` override the role models stored with the
+    run (see :func:`run`); ``prompts`` are the run's prompt functions.
 
     Raises:
         RunLeasedError: another process owns the run.
@@ -371,9 +400,11 @@ async def continue_run(
         config = runconfig.stored_config(stored)
         budget = budget or config.budget
         planner = resolve_model(model or runconfig.require(stored.model, "model", stored.run_id))
-        combiner_spec = combiner_model or config.combiner_model
-        combiner = resolve_model(combiner_spec) if combiner_spec is not None else None
-        prices.require_prices((planner, combiner or planner), budget.max_cost_usd)
+        named = with_combiner(Roles.of(roles), combiner_model)
+        role_models = Roles.of(config.roles).replaced(named).resolved(resolve_model)
+        written = Prompts.of(prompts)
+        prices.require_prices((planner, *role_models.values()), budget.max_cost_usd)
+        combiner = role_models.get("combiner")
         toolset: Toolset | None = None
         if phases is None:
             chosen = registry.strategy(config.strategy)
@@ -401,6 +432,7 @@ async def continue_run(
     )
     if e.clock is not None:
         ctx.clock = e.clock
+    ctx.roles, ctx.prompts = role_models, written
     restore(ctx, stored)
     started = ctx.clock() - stored.usage.seconds
     journal = attach_journal(
@@ -417,6 +449,23 @@ async def continue_run(
             outcome.stop(durable.interrupted(stored, step_id))
             return finish(ctx, outcome, started)
         return await execute(ctx, outcome, budget, phases, started=started)
+
+
+def with_combiner(roles: Roles, combiner_model: Model | str | None) -> Roles:
+    """``roles`` with ``combiner_model`` (the older keyword) as the combiner's model.
+
+    Raises:
+        ConfigError: both name a combiner model, and not the same one.
+    """
+    if combiner_model is None:
+        return roles
+    if roles.combiner is not None and roles.combiner != combiner_model:
+        raise ConfigError(
+            f"combiner_model={runconfig.model_name(combiner_model)!r} and roles['combiner']="
+            f"{runconfig.model_name(roles.combiner)!r} both name the combine call's model; "
+            "give one of them"
+        )
+    return dataclasses.replace(roles, combiner=combiner_model)
 
 
 def _stored_type(given: OutputType | None, stored: dict[str, Any] | None) -> AnswerType | None:

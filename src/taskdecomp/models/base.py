@@ -7,7 +7,7 @@ stop reasons.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
@@ -48,6 +48,9 @@ class ModelRequest:
     instruction for the executor). A provider that constrains answers by grammar (the
     embedded model) limits arguments to the values it finds there, in the forms the
     schema asks for; others ignore it."""
+    payload: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The JSON payload the call's user message was made from (the tool catalog, the
+    history, the plan, ...), for a prompt-building function (:mod:`taskdecomp.prompting`)."""
     progress: Progress | None = field(default=None, compare=False, repr=False)
     """Where a provider that can say how far it is (a streaming one) reports it."""
     on_text: TextSink | None = field(default=None, compare=False, repr=False)

@@ -99,6 +99,7 @@ async def _run(run_id: RunId, lease: Lease, first_started_at: float | None, how:
         config = runconfig.stored_config(stored)
         toolset = how.registry.toolset(stored.tools)
         model = how.registry.model(stored.model)
+        roles = {role: how.registry.model(name) for role, name in config.roles.items()}
     except Unavailable as exc:
         reason = stops.with_detail("unavailable", exc.name)
         return await end(store, lease, reason, str(exc), stored=stored)
@@ -117,6 +118,7 @@ async def _run(run_id: RunId, lease: Lease, first_started_at: float | None, how:
             prepare=_as_is,
             tools=toolset,
             model=model,
+            roles=roles,
             budget=dataclasses.replace(budget, max_seconds=left),
             lease=lease,
             env=how.env,

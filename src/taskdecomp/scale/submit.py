@@ -89,7 +89,6 @@ def submit(
         goal,
         tools=None,
         model=model,
-        combiner_model=None,
         allow=allow or (),
         budget=budget,
         strategy=chosen.name,

@@ -61,7 +61,6 @@ def new_run(
         goal,
         tools=toolset,
         model=model,
-        combiner_model=None,
         allow=toolset.keys() if allow is None else allow,
         budget=budget,
         strategy=chosen.name,

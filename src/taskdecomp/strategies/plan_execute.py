@@ -103,7 +103,7 @@ async def _planned(
     ctx: RunContext, outcome: Outcome, budget: Budget, stream_plan: bool | None
 ) -> tuple[Plan, frozenset[TaskId], dict[TaskId, asyncio.Task[None]]]:
     """Plan and store the plan; say which steps finished and which still run (streamed)."""
-    stream = streams(ctx.model) if stream_plan is None else stream_plan
+    stream = streams(ctx.model_for("plan")) if stream_plan is None else stream_plan
     early = EarlySteps(
         ctx,
         max_steps=min(budget.max_plan_steps, budget.max_execute_steps),
@@ -141,6 +141,7 @@ async def _plan(
         json_schema=plan_schema(catalog, min_steps=least, max_steps=most),
         schema_name="plan",
         goal=ctx.goal,
+        payload=payload,
     )
 
     def check(response: ModelResponse) -> Plan:

@@ -165,6 +165,7 @@ class ExecutorAgent:
             json_schema=self._schema,
             schema_name="action",
             goal="\n".join(filter(None, (self._ctx.goal, step.title, step.instruction))),
+            payload=payload,
         )
 
 

@@ -420,4 +420,5 @@ def _request(
         json_schema=schema,
         schema_name="plan" if phase == "plan" else "decision",
         goal=goal,
+        payload=payload,
     )

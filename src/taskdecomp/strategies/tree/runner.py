@@ -427,6 +427,7 @@ class TreeRun:
                 {"role": "user", "content": json.dumps(payload, ensure_ascii=True)},
             ),
             goal=self.ctx.goal,
+            payload=payload,
         )
 
 

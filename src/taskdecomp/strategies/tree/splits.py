@@ -56,7 +56,7 @@ class _RunModel:
 
     @property
     def name(self) -> str:
-        return self._ctx.model.name
+        return self._ctx.model_for("decompose").name
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         return await self._ctx.ask(request)

@@ -135,7 +135,6 @@ async def run_workflow(
             goal,
             tools=tools,
             model=ctx.model,
-            combiner_model=None,
             allow=ctx.gateway.allow,
             budget=budget,
             strategy=STRATEGY.name,
