@@ -147,7 +147,7 @@ def _typed(ctx: RunContext, answer_type: AnswerType, response: ModelResponse) ->
     """
     if response.finish_reason == "length":
         raise _invalid("truncated", "the model hit its output limit; its answer was cut off")
-    text = extract_json(response.text).strip()
+    text = extract_json(response.text, answer_type.schema).strip()
     try:
         value = parse_model_json(text)
     except StopRun as exc:

@@ -92,3 +92,23 @@ def test_a_broken_value_is_skipped_for_the_next_complete_one() -> None:
 def test_deep_nesting_is_left_to_the_strict_parse() -> None:
     deep = "[" * 100_000
     assert extract_json(f"x {deep}") == deep
+
+
+PLAN_SCHEMA: dict[str, Any] = {"type": "object", "required": ["kind", "steps"]}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Fetch first [1], then compute.\n```json\n{"kind": "plan", "steps": []}\n```',
+        'Use 0 as the default {}; the plan: {"kind": "plan", "steps": []}',
+        'Steps [1, 2] and {"a": 1} come first; {"kind": "plan", "steps": []} is the answer.',
+        '```\n{"kind": "plan", "steps": []}\n```\nand later {"other": true}',
+    ],
+)
+def test_the_answer_is_taken_over_stray_values_in_the_prose(text: str) -> None:
+    assert json.loads(extract_json(text, PLAN_SCHEMA)) == {"kind": "plan", "steps": []}
+
+
+def test_without_a_value_that_fits_the_schema_the_first_value_is_taken() -> None:
+    assert extract_json('Only [1] and {"a": 2} here.', PLAN_SCHEMA) == "[1]"

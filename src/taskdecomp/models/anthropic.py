@@ -404,7 +404,11 @@ class AnthropicModel:
     def _finish(self, reply: _Reply, request: ModelRequest, mode: OutputMode) -> ModelResponse:
         text = reply.text
         if request.json_schema is not None:
-            text = reply.answer if reply.answer is not None else outputs.extract_json(text)
+            text = (
+                reply.answer
+                if reply.answer is not None
+                else outputs.extract_json(text, request.json_schema)
+            )
         estimated = reply.tokens_in is None or reply.tokens_out is None
         tokens_in = reply.tokens_in if reply.tokens_in is not None else _estimate_in(request)
         tokens_out = reply.tokens_out

@@ -219,12 +219,12 @@ class _Reading:
                     new.append(part.text)
         return new
 
-    def text(self, mode: OutputMode | None) -> str:
+    def text(self, mode: OutputMode | None, schema: dict[str, Any] | None = None) -> str:
         """The answer: the forced call's arguments, or the text (its JSON in prompt mode)."""
         if self.arguments is not None:
             return json.dumps(self.arguments, ensure_ascii=False)
         text = "".join(self.pieces)
-        return extract_json(text) if mode == "prompt" else text
+        return extract_json(text, schema) if mode == "prompt" else text
 
     def tokens_out(self) -> int:
         """Tokens written so far: the server's count when it sent one, else an estimate."""
@@ -480,7 +480,7 @@ class GeminiModel:
     def _response(
         self, reading: _Reading, request: ModelRequest, mode: OutputMode | None
     ) -> ModelResponse:
-        text = reading.text(mode)
+        text = reading.text(mode, request.json_schema)
         usage = reading.usage
         if usage is not None and usage.prompt_token_count is not None:
             tokens_in, tokens_out, estimated = usage.prompt_token_count, reading.tokens_out(), False

@@ -519,7 +519,7 @@ def _answer_text(
     if mode == "tool" and arguments is not None:
         return arguments
     if mode in ("tool", "prompt"):
-        return outputs.extract_json(content)
+        return outputs.extract_json(content, request.json_schema)
     return content
 
 

@@ -19,8 +19,9 @@ ending at ``prompt``), and remembers the mode that worked for the rest of the pr
 from __future__ import annotations
 
 import json
+import re
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any, Literal, get_args
 
 from taskdecomp.errors import ConfigError
@@ -97,25 +98,62 @@ def schema_instructions(schema: dict[str, Any]) -> str:
     )
 
 
-def extract_json(text: str) -> str:
-    """The first complete JSON value in ``text``, as written; ``text`` itself when none is.
+def extract_json(text: str, schema: Mapping[str, Any] | None = None) -> str:
+    """The JSON value an answer in prose holds, as written; ``text`` itself when none is.
 
-    The value may follow prose or sit in a code fence. The policy boundary then parses the
-    returned text strictly; an answer with no JSON value at all is refused there
-    (``invalid_plan:non_json``), with the text as the model wrote it.
+    The value may sit in a code fence (the first fence holding one wins) or follow prose;
+    outside fences, the first complete value of the type ``schema`` asks for at its root
+    (an object for a plan) with the keys it requires, else the first complete value, so a
+    ``[1]`` or ``{}`` in the prose before the answer is passed over. The policy boundary
+    then parses the returned text strictly; an answer with no JSON value at all is refused
+    there (``invalid_plan:non_json``), with the text as the model wrote it.
+    """
+    for fenced in _FENCE.finditer(text):
+        inside = next(_values(fenced.group(1)), None)
+        if inside is not None:
+            return inside[1]
+    first: str | None = None
+    for value, written in _values(text):
+        if _fits(value, schema or {}):
+            return written
+        first = first or written
+    return first if first is not None else text
+
+
+def _fits(value: Any, schema: Mapping[str, Any]) -> bool:
+    """Whether ``value`` looks like the answer: the schema's root type, its required keys."""
+    wanted = _ROOTS.get(str(schema.get("type")))
+    if wanted is not None and not isinstance(value, wanted):
+        return False
+    required = schema.get("required", ())
+    return not isinstance(value, dict) or all(key in value for key in required)
+
+
+_FENCE = re.compile(r"```[ \t]*(?:json)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+_ROOTS: Mapping[str, type] = {"object": dict, "array": list}
+"""Python types of a schema's root ``type``, for telling the answer from stray values."""
+
+
+def _values(text: str) -> Iterator[tuple[Any, str]]:
+    """Every complete JSON object or array in ``text`` that no earlier one holds, in order.
+
+    A value nested past Python's limit ends the search with the rest of the text, which the
+    strict parse then refuses.
     """
     decoder = json.JSONDecoder()
     index = 0
     while True:
         starts = [at for at in (text.find("{", index), text.find("[", index)) if at >= 0]
         if not starts:
-            return text
+            return
         start = min(starts)
         try:
-            _, end = decoder.raw_decode(text, start)
+            value, end = decoder.raw_decode(text, start)
         except ValueError:
             index = start + 1
             continue
-        except RecursionError:  # nested past Python's limit: the strict parse refuses it
-            return text[start:]
-        return text[start:end]
+        except RecursionError:
+            yield None, text[start:]
+            return
+        yield value, text[start:end]
+        index = end
