@@ -180,3 +180,19 @@ def test_workflow_run_usage_errors_exit_2(
         "--model", "scripted:x.json",
     )  # fmt: skip
     assert code == 2 and "bad_glob:A" in err and "climbs out" in err
+
+
+def test_workflow_run_refuses_a_cost_budget_over_an_unknown_price(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    db = str(tmp_path / "runs.db")
+    code, _, err = cli(
+        capsys, "workflow", "run", "--workspace", str(ws), "--model", "openai:my-tune",
+        "--base-url", "http://127.0.0.1:9/v1", "--max-cost-usd", "1", "--db", db,
+    )  # fmt: skip
+    assert code == 2 and "'openai:my-tune' has none known" in err
+    assert err.count("\n") == 1
+    code, out, _ = cli(capsys, "runs", "--db", db, "--json")
+    assert code != 0 or json.loads(out) in ([], {"runs": []})  # nothing was started

@@ -235,6 +235,9 @@ def run_command(
         output_mode=output_mode,
     )
     allowed = names(allow)
+    from taskdecomp.models import prices
+
+    prices.require_prices([planner, *role_models.values()], budget.max_cost_usd)
     durable.lease_seconds(settings.lease_seconds)  # refused here, before a store is created
     toolset = load_tools(tools)  # before the run: Ctrl-C in a slow import just exits
     new_store = tree.plan_id is None  # a stored plan tree is read from a store that exists

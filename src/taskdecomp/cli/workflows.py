@@ -165,10 +165,11 @@ def validate_command(source: str, as_json: bool) -> int:
 @click.option("--max-llm-calls", type=click.IntRange(min=0), help="Most model calls. [none]")
 @click.option("--max-tokens", type=click.IntRange(min=0), help="Most model tokens. [none]")
 @click.option(
+    "--max-cost-usd",
     "--max-cost",
     "max_cost_usd",
     type=click.FloatRange(min=0),
-    help="Most model spend in USD. [none]",
+    help="Most model spend in USD (the model's price must be known). [none]",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @DB_OPTION
@@ -228,6 +229,9 @@ def run_command(
         base_url=base_url,
         output_mode=output_mode,
     )
+    from taskdecomp.models import prices
+
+    prices.require_prices([agents], budget.max_cost_usd)  # before a store is created
     durable.lease_seconds(settings.lease_seconds)
     toolset = load_tools(tools) if tools is not None else None
     with open_run_store(settings, db, create=True, quiet=as_json) as store:

@@ -18,8 +18,8 @@ import logging
 from taskdecomp import durable, owners, runconfig, stops
 from taskdecomp.durable import Durability
 from taskdecomp.engine import Environment, continue_run
-from taskdecomp.errors import RunLeasedError, RunNotFoundError, StoreError
-from taskdecomp.models import ScriptedModel
+from taskdecomp.errors import ConfigError, RunLeasedError, RunNotFoundError, StoreError
+from taskdecomp.models import ScriptedModel, prices
 from taskdecomp.run import RunId
 from taskdecomp.runtime import RunContext
 from taskdecomp.scale.registry import Registry, Unavailable
@@ -107,6 +107,11 @@ async def _run(run_id: RunId, lease: Lease, first_started_at: float | None, how:
         store.release_lease(lease)
         raise
     budget = config.budget
+    try:  # a cost budget this worker cannot keep: refused before any call
+        prices.require_prices([model, *roles.values()], budget.max_cost_usd)
+    except ConfigError as exc:
+        reason = stops.with_detail("unavailable", stored.model or model.name)
+        return await end(store, lease, reason, str(exc), stored=stored)
     spent = store.now() - (first_started_at or store.now())
     left = budget.max_seconds - spent
     if left <= 0:

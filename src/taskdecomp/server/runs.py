@@ -31,7 +31,7 @@ from taskdecomp.budget import Budget
 from taskdecomp.engine import Environment, approve, reject, resume
 from taskdecomp.errors import ConfigError, CorruptRecordError, StoreError
 from taskdecomp.events import Event, Subscriber
-from taskdecomp.models import Model, names_file, resolve_model
+from taskdecomp.models import Model, names_file, prices, resolve_model
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.server import paging, queued, trim
 from taskdecomp.server.admission import Admission, Full, Waiting
@@ -169,6 +169,7 @@ class RunService:
         budget = self._budget(body.budget)
         options = _options(body)
         _answer_schema(body)
+        self._priced(model, budget)
         if self.config.executor == "queue":
             return await self.show(await self._submit(body, model, allow, budget, options))
         if body.idempotency_key is not None:
@@ -291,6 +292,11 @@ class RunService:
                 if isinstance(exc, ConfigError | CorruptRecordError):
                     raise  # taken by another process, gone, unreadable: nothing to retry
                 logger.warning("run %s could not start (%s); trying again", run_id, exc)
+            except ConfigError as exc:  # the stored run cannot start here (its cost budget)
+                reason = stops.with_detail("unavailable", waiting.model)
+                return await queued.refuse(
+                    run_id, store=self.store, env=self.env, reason=reason, message=str(exc)
+                )
             if not await self._still_queued(run_id):
                 return None  # it moved on without this server: its stored state says how
             await asyncio.sleep(pause)
@@ -655,6 +661,23 @@ class RunService:
         if spec not in self._made:
             self._resolved(spec)
             self._made.add(spec)
+
+    def _priced(self, spec: str, budget: Budget) -> None:
+        """Refuse a cost budget over a model whose price is unknown (422), before storing.
+
+        A model this server cannot make (a name only the workers know) is left to the
+        process that runs it, which refuses it the same way.
+        """
+        if budget.max_cost_usd is None:
+            return
+        try:
+            model = self._resolved(spec)
+        except ConfigError:
+            return
+        try:
+            prices.require_prices([model], budget.max_cost_usd)
+        except ConfigError as exc:
+            raise Problem(422, f"budget.max_cost_usd: {exc}") from None
 
     def _resolved(self, spec: str) -> Model:
         """The model ``spec`` names, connected as the server was told (``--base-url``)."""

@@ -56,7 +56,7 @@ function renderStop(view) {
 function renderUsage(view) {
   const u = view.usage || {};
   const parts = [`${u.llm_calls ?? 0} model calls`, `${u.tool_calls ?? 0} tool calls`,
-    `${u.tokens_in ?? 0}+${u.tokens_out ?? 0} tokens`, `$${(u.cost_usd ?? 0).toFixed(4)}`,
+    `${u.tokens_in ?? 0}+${u.tokens_out ?? 0} tokens`, u.cost_usd == null ? "cost unknown" : `$${u.cost_usd.toFixed(4)}`,
     seconds(u.seconds)];
   $("run-usage").textContent = parts.join(" · ");
 }

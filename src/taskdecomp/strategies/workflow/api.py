@@ -19,7 +19,7 @@ from taskdecomp.budget import Budget, Usage
 from taskdecomp.durable import DEFAULT_DURABILITY, Durability
 from taskdecomp.errors import ConfigError, CorruptRecordError
 from taskdecomp.events import Subscriber
-from taskdecomp.models import Model, resolve_model
+from taskdecomp.models import Model, prices, resolve_model
 from taskdecomp.plan import Plan
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext, run_blocking
@@ -99,11 +99,14 @@ async def run_workflow(
 
     Raises:
         WorkflowError: the workflow file has problems (every one is named).
-        ConfigError: the workspace, input or task list cannot be used; a tool name clashes.
+        ConfigError: the workspace, input or task list cannot be used; a tool name clashes;
+            ``budget.max_cost_usd`` is set and the model's price is unknown.
     """
     durable.durability(durability)
     options = options or WorkflowOptions()
     budget = budget or DEFAULT_BUDGET
+    chosen = resolve_model(model)
+    prices.require_prices([chosen], budget.max_cost_usd)  # before the workspace is touched
     loaded = load_workflow(workflow)
     ws = _workspace(workspace)
     spec = _spec(workflow)
@@ -123,9 +126,7 @@ async def run_workflow(
     user = as_toolset(tools) if tools is not None else None
     toolset = _toolset(session, user)
     goal = f"workflow {loaded.name} in {ws.root}" + (f" from {Path(input).name}" if input else "")
-    ctx = build_context(
-        goal, toolset, resolve_model(model), allow, budget, on_event, run_id or new_run_id()
-    )
+    ctx = build_context(goal, toolset, chosen, allow, budget, on_event, run_id or new_run_id())
     if clock is not None:
         ctx.clock = clock
     started = ctx.clock()
