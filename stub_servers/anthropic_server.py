@@ -171,6 +171,7 @@ class AnthropicServer:
         return f"http://{host!s}:{port}"
 
     def queue(self, *replies: Reply) -> None:
+        """Add ``replies`` to the end of the queue."""
         self.replies.extend(replies)
 
     def _refusal(self, path: str, body: Any, headers: dict[str, str]) -> Reply | None:
@@ -249,9 +250,11 @@ class AnthropicServer:
         return Handler
 
     def start(self) -> None:
+        """Serve in a daemon thread."""
         self._thread.start()
 
     def stop(self) -> None:
+        """Let stalled requests go, stop serving and free the port."""
         self.released.set()
         self._server.shutdown()
         self._server.server_close()
@@ -259,7 +262,7 @@ class AnthropicServer:
 
 
 def serve() -> Iterator[AnthropicServer]:
-    """Run a server for one test (``yield from serve()`` in a fixture)."""
+    """A started server for one test, stopped after it (for ``yield from`` in a fixture)."""
     server = AnthropicServer()
     server.start()
     try:
