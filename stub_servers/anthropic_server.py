@@ -152,7 +152,11 @@ class AnthropicServer:
     are recorded in ``requests`` and ``headers``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_alive: bool = False) -> None:
+        self.keep_alive = keep_alive
+        """Keep connections open between requests (HTTP/1.1), as the real API does."""
+        self.ports: list[int] = []
+        """The client's port of each request: one per connection."""
         self.key = KEY
         self.replies: list[Reply] = []
         self.fallback: Reply | None = None
@@ -211,6 +215,9 @@ class AnthropicServer:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if fake.keep_alive else "HTTP/1.0"
+            disable_nagle_algorithm = True  # headers and body leave at once
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
@@ -221,6 +228,7 @@ class AnthropicServer:
                 except ValueError:
                     body = None
                 headers = {k.lower(): v for k, v in self.headers.items()}
+                fake.ports.append(self.client_address[1])
                 reply = fake._next(self.path, body, headers)
                 if reply.stall:  # far past any test's timeout: a client must give up first
                     fake.released.wait(600)

@@ -129,7 +129,11 @@ class FakeOpenAI:
     its headers are recorded in ``requests``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_alive: bool = False) -> None:
+        self.keep_alive = keep_alive
+        """Keep connections open between requests (HTTP/1.1), as the real API does."""
+        self.ports: list[int] = []
+        """The client's port of each request: one per connection."""
         self.replies: list[Reply] = []
         self.fallback: Reply | None = None
         self.requests: list[dict[str, Any]] = []
@@ -180,12 +184,16 @@ class FakeOpenAI:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if fake.keep_alive else "HTTP/1.0"
+            disable_nagle_algorithm = True  # headers and body leave at once
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
+                fake.ports.append(self.client_address[1])
                 reply = fake._next(body, {k.lower(): v for k, v in self.headers.items()})
                 if reply.stall:  # far past any test's timeout: a client must give up first
                     fake.released.wait(600)
