@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from stub_servers.anthropic_server import AnthropicServer, Reply, fail, message, ok, serve
 
 from taskdecomp import ConfigError, ModelError, ModelRequest, ModelTimeoutError, run_sync
 from taskdecomp.models import Connection, resolve_model
@@ -16,7 +17,6 @@ from taskdecomp.models.outputs import MEMORY, OutputMode
 from taskdecomp.models.retry import RetryPolicy
 from taskdecomp.strategies.replan import ReplanOptions
 from tests.conftest import SALES_TOOLS
-from tests.models.anthropic_server import AnthropicServer, Reply, fail, message, ok, serve
 from tests.support import SEED_GOAL, seed_plan
 
 FAST_RETRY = RetryPolicy(attempts=3, backoff_seconds=0.01, max_backoff_seconds=0.05)

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from stub_servers.anthropic_server import AnthropicServer, fail, ok, serve
 
 from tests.clitools import cli
 from tests.conftest import SALES_TOOLS
-from tests.models.anthropic_server import AnthropicServer, fail, ok, serve
 from tests.support import SEED_GOAL, seed_plan
 
 ANSWER = "April 2026: gross 28,195 USD, refunds 1,370 USD, net 26,825 USD."

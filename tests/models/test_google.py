@@ -10,13 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-
-from taskdecomp.errors import ConfigError, ModelError, ModelTimeoutError
-from taskdecomp.models import Connection, ModelRequest, resolve_model
-from taskdecomp.models.google import GeminiModel, google_model
-from taskdecomp.models.outputs import MEMORY, schema_instructions
-from taskdecomp.models.retry import RetryPolicy
-from tests.models.gemini_server import (
+from stub_servers.gemini_server import (
     KEY,
     GeminiServer,
     Reply,
@@ -27,6 +21,12 @@ from tests.models.gemini_server import (
     failure,
     serving,
 )
+
+from taskdecomp.errors import ConfigError, ModelError, ModelTimeoutError
+from taskdecomp.models import Connection, ModelRequest, resolve_model
+from taskdecomp.models.google import GeminiModel, google_model
+from taskdecomp.models.outputs import MEMORY, schema_instructions
+from taskdecomp.models.retry import RetryPolicy
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stub_servers.gemini_server import KEY, GeminiServer, Reply, answer, serving
 
 from taskdecomp.models.outputs import MEMORY
 from tests.clitools import cli
 from tests.conftest import SALES_TOOLS
-from tests.models.gemini_server import KEY, GeminiServer, Reply, answer, serving
 from tests.support import SEED_GOAL, seed_plan
 
 MONTH = {"month": "2026-04"}

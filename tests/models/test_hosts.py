@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from stub_servers.openai_server import FakeOpenAI, Reply, completion, error_body
 
 from taskdecomp import Budget, ConfigError, run_sync
 from taskdecomp.models import Connection, prices, resolve_model
 from taskdecomp.models.hosts import HOSTS, HostedModel
 from tests.clitools import cli
 from tests.conftest import SALES_TOOLS
-from tests.models.conftest import FakeOpenAI, Reply, completion, error_body
 from tests.support import SEED_GOAL, seed_plan
 
 PLAN = json.dumps(seed_plan())

@@ -7,13 +7,13 @@ import json
 import socket
 
 import pytest
+from stub_servers.openai_server import FakeOpenAI, Reply, completion, error_body
 
 from taskdecomp import Budget, ConfigError, ModelError, ModelRequest, ModelTimeoutError, run_sync
 from taskdecomp.models import prices
 from taskdecomp.models.openai import OpenAIModel, RetryPolicy, openai_model
 from taskdecomp.settings import OpenAISettings
 from tests.conftest import SALES_TOOLS
-from tests.models.conftest import FakeOpenAI, Reply, completion, error_body
 from tests.support import SEED_GOAL, seed_plan
 
 FAST_RETRY = RetryPolicy(attempts=3, backoff_seconds=0.01, max_backoff_seconds=0.05)

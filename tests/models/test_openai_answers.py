@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+from stub_servers.openai_server import FakeOpenAI, Reply, completion
+
 from taskdecomp import AnswerDelta, run_sync
 from taskdecomp.events import Event
 from taskdecomp.models.openai import OpenAIModel, RetryPolicy
 from tests.conftest import SALES_TOOLS
-from tests.models.conftest import FakeOpenAI, Reply, completion
 from tests.support import SEED_GOAL, seed_plan
 
 PLAN = json.dumps(seed_plan())

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from stub_servers.openai_server import FakeOpenAI, Reply, completion
 
 from tests.clitools import cli
 from tests.conftest import SALES_TOOLS
-from tests.models.conftest import FakeOpenAI, Reply, completion
 from tests.support import SEED_GOAL, seed_plan
 
 

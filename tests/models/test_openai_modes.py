@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from stub_servers.openai_server import FakeOpenAI, Reply, completion
 
 from taskdecomp import ModelRequest, run_sync
 from taskdecomp.events import Event, ModelCalled, ModelProgress
@@ -15,7 +16,6 @@ from taskdecomp.models.base import Stage
 from taskdecomp.models.openai import OpenAIModel, RetryPolicy
 from tests.clitools import cli
 from tests.conftest import SALES_TOOLS
-from tests.models.conftest import FakeOpenAI, Reply, completion
 from tests.support import SEED_GOAL, seed_plan
 
 FAST_RETRY = RetryPolicy(attempts=3, backoff_seconds=0.01, max_backoff_seconds=0.05)

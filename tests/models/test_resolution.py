@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from stub_servers.openai_server import FakeOpenAI, Reply, completion
 
 from taskdecomp import ConfigError, ModelNotFoundError, resolve_model
 from taskdecomp.models.local import LocalModel
@@ -13,7 +14,6 @@ from taskdecomp.models.openai import OpenAIModel
 from taskdecomp.settings import choose_model, load_openai_settings, load_settings
 from tests.clitools import cli
 from tests.conftest import SALES_TOOLS
-from tests.models.conftest import FakeOpenAI, Reply, completion
 from tests.support import SEED_GOAL, seed_plan
 
 

@@ -21,8 +21,9 @@ def tools_command(source: str, as_json: bool) -> int:
     """List the tools in FILE_OR_MODULE as the planner will see them.
 
     For each tool: its side-effect class, timeout, isolation, whether each call needs
-    approval, and the argument schema from its type hints; then the public functions that
-    are not tools, and why. Exit code: 0, or 2 when the toolset does not load.
+    approval, how often a failed call is tried again (and the first wait), and the argument
+    schema from its type hints; then the public functions that are not tools, and why.
+    Exit code: 0, or 2 when the toolset does not load.
     """
     toolset = load_toolset(source)
     if as_json:
@@ -41,6 +42,7 @@ def tools_command(source: str, as_json: bool) -> int:
         Column(header="timeout", justify="right"),
         Column(header="isolation", drop=2),
         Column(header="approval", drop=1),
+        Column(header="retries", drop=1),
         Column(header="arguments", kind="wrap", min_width=16),
         Column(header="description", kind="flex", min_width=12),
     ]
@@ -51,6 +53,7 @@ def tools_command(source: str, as_json: bool) -> int:
             literal("-" if spec.timeout is None else f"{spec.timeout:g}s"),
             literal(spec.isolation),
             literal("yes" if spec.needs_approval else "-"),
+            literal(f"{spec.retries} ({spec.backoff_s:g}s)" if spec.retries else "-"),
             literal(signature(spec.args_schema())),
             literal(" ".join(spec.description.split()), limit=200),
         ]
@@ -72,6 +75,8 @@ def tool_dict(spec: ToolSpec) -> dict[str, Any]:
         "timeout": spec.timeout,
         "isolation": spec.isolation,
         "needs_approval": spec.needs_approval,
+        "retries": spec.retries,
+        "backoff_s": spec.backoff_s,
     }
 
 

@@ -36,11 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -48,6 +47,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from taskdecomp.errors import ConfigError, ModelError, ModelTimeoutError
 from taskdecomp.models import outputs, prices, providers
 from taskdecomp.models.base import Model, ModelRequest, ModelResponse, estimate_tokens
+from taskdecomp.models.clients import PerLoop, tls_context
 from taskdecomp.models.connection import Connection
 from taskdecomp.models.http_errors import (
     BAD_REQUEST_STATUS,
@@ -62,8 +62,6 @@ from taskdecomp.models.retry import Retry, RetryPolicy, retry_after, with_retrie
 from taskdecomp.settings import _load, reveal
 
 if TYPE_CHECKING:
-    import ssl
-
     import anthropic
     from anthropic.types import Message as AnthropicMessage
 
@@ -224,6 +222,7 @@ class AnthropicModel:
         self._first_mode: OutputMode = output_mode or "native"
         self._sleep = sleep
         self._server = ("anthropic", (base_url or "").rstrip("/"), model)
+        self._clients: PerLoop[anthropic.AsyncAnthropic] = PerLoop(self._client, _close)
 
     @property
     def name(self) -> str:
@@ -250,31 +249,37 @@ class AnthropicModel:
             ModelError: the server refused the call, kept failing after the retries, or
                 answered with something that is not a message (``bad_response``).
         """
+        client = await self._clients.get()
+        modes = self._modes(request)
+        return await with_retries(
+            functools.partial(self._attempt, client, request, modes),
+            modes[0],
+            self._retry,
+            self._sleep,
+        )
+
+    def _client(self) -> anthropic.AsyncAnthropic:
+        """A new SDK client: the process's TLS context, no retries of its own.
+
+        Raises:
+            ConfigError: the SDK is not installed.
+        """
         try:
             import anthropic
         except ImportError:
             raise ConfigError(
                 "the anthropic provider needs its SDK: pip install 'taskdecomp[anthropic]'"
             ) from None
-        modes = self._modes(request)
-        http = anthropic.DefaultAsyncHttpxClient(verify=_ssl_context(), timeout=self._timeout)
-        async with (
-            http,
-            anthropic.AsyncAnthropic(
-                api_key=self._api_key,
-                base_url=self._base_url,
-                timeout=self._timeout,
-                default_headers=self._headers or None,
-                max_retries=0,
-                http_client=http,
-            ) as client,
-        ):
-            return await with_retries(
-                functools.partial(self._attempt, client, request, modes),
-                modes[0],
-                self._retry,
-                self._sleep,
-            )
+        return anthropic.AsyncAnthropic(
+            api_key=self._api_key,
+            base_url=self._base_url,
+            timeout=self._timeout,
+            default_headers=self._headers or None,
+            max_retries=0,
+            http_client=anthropic.DefaultAsyncHttpxClient(
+                verify=tls_context(), timeout=self._timeout
+            ),
+        )
 
     def _modes(self, request: ModelRequest) -> tuple[OutputMode, ...]:
         """The modes this request may be asked in, in the order to try them."""
@@ -512,14 +517,8 @@ class _Reply:
         return piece
 
 
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    """One TLS context for the process: loading the CA bundle takes ~50 ms, per client."""
-    try:  # the SDK's HTTP client: httpx2 from anthropic 2, httpx before
-        http = importlib.import_module("httpx2")
-    except ImportError:
-        http = importlib.import_module("httpx")
-    return cast("ssl.SSLContext", http.create_ssl_context())
+async def _close(client: anthropic.AsyncAnthropic) -> None:
+    await client.close()
 
 
 def tool_input_schema(schema: Mapping[str, Any]) -> dict[str, Any]:

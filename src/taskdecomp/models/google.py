@@ -42,8 +42,7 @@ import asyncio
 import functools
 import json
 import re
-import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +52,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from taskdecomp.errors import ConfigError, ModelTimeoutError
 from taskdecomp.models import prices, providers
 from taskdecomp.models.base import Model, ModelRequest, ModelResponse, estimate_tokens
+from taskdecomp.models.clients import PerLoop, tls_context
 from taskdecomp.models.connection import Connection
 from taskdecomp.models.http_errors import (
     BAD_REQUEST_STATUS,
@@ -75,8 +75,6 @@ from taskdecomp.models.retry import Retry, RetryPolicy, retry_after, with_retrie
 from taskdecomp.settings import reveal
 
 if TYPE_CHECKING:
-    import ssl
-
     import httpx
     from google.genai import client as genai_client
     from google.genai import errors, types
@@ -240,10 +238,12 @@ class _Held:
 
     client: genai_client.AsyncClient
     http: httpx.AsyncClient
+    idle: httpx.Client
 
-    @property
-    def closed(self) -> bool:
-        return self.http.is_closed
+
+async def _close(held: _Held) -> None:
+    held.idle.close()
+    await held.http.aclose()
 
 
 class GeminiModel:
@@ -309,12 +309,7 @@ class GeminiModel:
         self._first_mode = output_mode
         self._sleep = sleep
         self._server = ("google", (base_url or "").rstrip("/"), self._model)
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Held] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._keepers: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, AsyncGenerator[_Held, None]
-        ] = weakref.WeakKeyDictionary()
+        self._clients: PerLoop[_Held] = PerLoop(self._client, _close)
 
     @property
     def name(self) -> str:
@@ -349,35 +344,21 @@ class GeminiModel:
             ModelTimeoutError: an attempt took longer than the timeout.
             ModelError: the server refused the call or kept failing after the retries.
         """
+        held = await self._clients.get()
         return await with_retries(
-            functools.partial(self._attempt, await self._client(), request),
+            functools.partial(self._attempt, held.client, request),
             self.output_mode,
             self._retry,
             self._sleep,
         )
 
-    async def _client(self) -> genai_client.AsyncClient:
-        """This event loop's SDK client, made on its first call (connections are reused)."""
-        loop = asyncio.get_running_loop()
-        held = self._clients.get(loop)
-        if held is None or held.closed:
-            keeper = self._keep()
-            held = await anext(keeper)  # made without suspending: no other call can race
-            self._clients[loop] = held
-            self._keepers[loop] = keeper
-        return held.client
-
-    async def _keep(self) -> AsyncGenerator[_Held, None]:
-        """Hold one SDK client until the loop shuts its async generators down, then close it.
-
-        ``asyncio.run`` and the engine's own loop both do so when they end, so a client
-        never outlives its loop and is never shared between two.
-        """
+    def _client(self) -> _Held:
+        """A new SDK client over HTTP clients of its own, sharing the process's TLS context."""
         import httpx
         from google import genai
         from google.genai import types
 
-        verify = _ssl_context()
+        verify = tls_context()
         http = httpx.AsyncClient(verify=verify)
         idle = httpx.Client(verify=verify)  # the SDK wants a sync client too; it stays idle
         options = types.HttpOptions(
@@ -390,12 +371,8 @@ class GeminiModel:
             httpx_async_client=http,
             async_client_args={"ssl": verify},  # spares the SDK loading certificates again
         )
-        try:
-            client = genai.Client(vertexai=False, api_key=self._api_key, http_options=options)
-            yield _Held(client=client.aio, http=http)
-        finally:
-            idle.close()
-            await http.aclose()
+        client = genai.Client(vertexai=False, api_key=self._api_key, http_options=options)
+        return _Held(client=client.aio, http=http, idle=idle)
 
     async def _attempt(
         self, client: genai_client.AsyncClient, request: ModelRequest, mode: OutputMode
@@ -570,11 +547,3 @@ def _retry_delay(exc: errors.APIError) -> float | None:
 
 def _cause(exc: httpx.TransportError) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    """One SSL context for the process: loading the certificates costs ~20 ms a client."""
-    import httpx
-
-    return httpx.create_ssl_context()

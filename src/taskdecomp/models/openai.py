@@ -27,6 +27,9 @@ What a call does:
   value's first bracket on in ``prompt`` mode) and the tokens so far to
   ``ModelRequest.progress``. The server's usage is asked for
   (``stream_options.include_usage``).
+- **Connections.** One SDK client per event loop, shared by the calls a run makes and closed
+  when the loop ends (:class:`~taskdecomp.models.clients.PerLoop`), so a call pays neither
+  for loading the CA bundle nor for a new connection.
 - **Timeouts.** One attempt may take ``OPENAI_TIMEOUT_SECONDS``; past that the call fails
   with :class:`~taskdecomp.errors.ModelTimeoutError` (``llm_timeout``), not retried.
 - **Retries.** 408, 409, 429, 5xx and connection failures are retried with exponential
@@ -57,6 +60,7 @@ from pydantic import BaseModel, ValidationError
 from taskdecomp.errors import ConfigError, ModelError, ModelTimeoutError
 from taskdecomp.models import outputs, prices
 from taskdecomp.models.base import Message, ModelRequest, ModelResponse, estimate_tokens
+from taskdecomp.models.clients import PerLoop, tls_context
 from taskdecomp.models.connection import Connection
 from taskdecomp.models.http_errors import (
     BAD_REQUEST_STATUS,
@@ -209,6 +213,7 @@ class OpenAIModel:
         self._sleep = sleep
         self._first_mode = outputs.output_mode(output_mode)
         self._server = (self.provider, (base_url or "").rstrip("/"), model)
+        self._clients: PerLoop[openai.AsyncOpenAI] = PerLoop(self._client, _close)
 
     streams = True
     """Answers can arrive piece by piece (``ModelRequest.on_text`` asks for it)."""
@@ -247,21 +252,25 @@ class OpenAIModel:
             ModelError: the server refused the call, kept failing after the retries, or
                 answered with something that is not a chat completion (``bad_response``).
         """
+        return await with_retries(
+            functools.partial(self._attempt, await self._clients.get(), request),
+            self.output_mode,
+            self._retry,
+            self._sleep,
+        )
+
+    def _client(self) -> openai.AsyncOpenAI:
+        """A new SDK client: the process's TLS context, no retries of its own."""
         import openai
 
-        async with openai.AsyncOpenAI(
+        return openai.AsyncOpenAI(
             api_key=self._api_key,
             base_url=self._base_url,
             timeout=self._timeout,
             default_headers=self._headers or None,
             max_retries=0,
-        ) as client:
-            return await with_retries(
-                functools.partial(self._attempt, client, request),
-                self.output_mode,
-                self._retry,
-                self._sleep,
-            )
+            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context(), timeout=self._timeout),
+        )
 
     async def _attempt(
         self, client: openai.AsyncOpenAI, request: ModelRequest, mode: OutputMode
@@ -574,6 +583,10 @@ def _server_message(exc: openai.APIStatusError) -> str:
             return str(error["message"])
         return json.dumps(body)[:500]
     return exc.response.text[:500] if exc.response is not None else str(exc)
+
+
+async def _close(client: openai.AsyncOpenAI) -> None:
+    await client.close()
 
 
 def _cause(exc: BaseException) -> str:

@@ -53,6 +53,8 @@ class Usage(_Out):
     """Wall time of the run."""
     repairs: int = 0
     """Refused answers sent back to the model to be repaired."""
+    estimated: bool = False
+    """Some token counts are estimates: a server sent no usage for a call."""
 
 
 class Step(_Out):

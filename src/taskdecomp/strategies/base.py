@@ -131,7 +131,7 @@ def restore(ctx: RunContext, stored: StoredRun) -> None:
     meter, usage = ctx.meter, stored.usage
     meter.llm_calls, meter.cost_usd = usage.llm_calls, usage.cost_usd
     meter.tokens_in, meter.tokens_out = usage.tokens_in, usage.tokens_out
-    meter.repairs = usage.repairs
+    meter.repairs, meter.estimated = usage.repairs, usage.estimated
     calls = [entry for entry in stored.trace if entry.ok and entry.args_hash]
     meter.tool_calls = len(calls)
     for entry in calls:  # run-wide, and in the step's own scope (a tree leaf, a phase run)

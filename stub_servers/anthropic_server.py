@@ -152,7 +152,11 @@ class AnthropicServer:
     are recorded in ``requests`` and ``headers``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_alive: bool = False) -> None:
+        self.keep_alive = keep_alive
+        """Keep connections open between requests (HTTP/1.1), as the real API does."""
+        self.ports: list[int] = []
+        """The client's port of each request: one per connection."""
         self.key = KEY
         self.replies: list[Reply] = []
         self.fallback: Reply | None = None
@@ -171,6 +175,7 @@ class AnthropicServer:
         return f"http://{host!s}:{port}"
 
     def queue(self, *replies: Reply) -> None:
+        """Add ``replies`` to the end of the queue."""
         self.replies.extend(replies)
 
     def _refusal(self, path: str, body: Any, headers: dict[str, str]) -> Reply | None:
@@ -210,6 +215,9 @@ class AnthropicServer:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if fake.keep_alive else "HTTP/1.0"
+            disable_nagle_algorithm = True  # headers and body leave at once
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
@@ -220,6 +228,7 @@ class AnthropicServer:
                 except ValueError:
                     body = None
                 headers = {k.lower(): v for k, v in self.headers.items()}
+                fake.ports.append(self.client_address[1])
                 reply = fake._next(self.path, body, headers)
                 if reply.stall:  # far past any test's timeout: a client must give up first
                     fake.released.wait(600)
@@ -249,9 +258,11 @@ class AnthropicServer:
         return Handler
 
     def start(self) -> None:
+        """Serve in a daemon thread."""
         self._thread.start()
 
     def stop(self) -> None:
+        """Let stalled requests go, stop serving and free the port."""
         self.released.set()
         self._server.shutdown()
         self._server.server_close()
@@ -259,7 +270,7 @@ class AnthropicServer:
 
 
 def serve() -> Iterator[AnthropicServer]:
-    """Run a server for one test (``yield from serve()`` in a fixture)."""
+    """A started server for one test, stopped after it (for ``yield from`` in a fixture)."""
     server = AnthropicServer()
     server.start()
     try:

@@ -128,11 +128,13 @@ class Seen:
 
     @property
     def generation(self) -> dict[str, Any]:
+        """The request's ``generationConfig`` (empty when it sent none)."""
         config: dict[str, Any] = self.body.get("generationConfig", {})
         return config
 
     @property
     def system(self) -> str:
+        """The text of the request's system instruction."""
         parts = self.body.get("systemInstruction", {}).get("parts", [])
         return "".join(part.get("text", "") for part in parts)
 
@@ -158,10 +160,12 @@ class GeminiServer:
 
     @property
     def url(self) -> str:
+        """The base URL a client is given."""
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
     def queue(self, *replies: Reply) -> None:
+        """Add ``replies`` to the end of the queue."""
         self.replies.extend(replies)
 
     def _next(self, seen: Seen) -> Reply:
@@ -243,9 +247,11 @@ class GeminiServer:
         return Handler
 
     def start(self) -> None:
+        """Serve in a daemon thread."""
         self._thread.start()
 
     def stop(self) -> None:
+        """Let stalled requests go, stop serving and free the port."""
         self.released.set()
         self._server.shutdown()
         self._server.server_close()

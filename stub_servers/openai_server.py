@@ -1,0 +1,244 @@
+"""An OpenAI-compatible server of our own: Chat Completions from a queue of canned replies.
+
+:class:`FakeOpenAI` is a stdlib ``http.server`` in a thread that answers ``POST`` requests
+from a queue of :class:`Reply` objects, so a caller can make it stall, rate-limit, fail or
+truncate; a request with ``stream: true`` gets its completion as server-sent events (a tool
+call's arguments as ``delta.tool_calls`` pieces, the usage in a last chunk). It can also
+refuse, with 400 as servers without them do, any ``response_format``
+(``refuse_response_format``) or any ``tools`` (``refuse_tools``). The tests
+(``fake_openai``) and ``bench/providers.py`` use it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from taskdecomp.models import outputs
+
+
+def completion(
+    content: str | None,
+    *,
+    finish_reason: str = "stop",
+    tokens: tuple[int, int] | None = (120, 40),
+    tool_arguments: str | None = None,
+) -> dict[str, Any]:
+    """A Chat Completions response body; ``tokens=None`` leaves ``usage`` out.
+
+    ``tool_arguments`` makes it a call of the answer tool with those arguments.
+    """
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_arguments is not None:
+        message["tool_calls"] = [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": outputs.ANSWER_TOOL, "arguments": tool_arguments},
+            }
+        ]
+    body: dict[str, Any] = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "fake-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+    }
+    if tokens is not None:
+        body["usage"] = {
+            "prompt_tokens": tokens[0],
+            "completion_tokens": tokens[1],
+            "total_tokens": sum(tokens),
+        }
+    return body
+
+
+def event_stream(body: dict[str, Any], piece: int = 8) -> list[bytes]:
+    """A Chat Completions body as the server-sent events of ``stream=True``, in pieces.
+
+    A tool call comes as OpenAI sends one: its id and name first, then its arguments in
+    pieces; the usage, when the body has one, in a last chunk with no choices.
+    """
+    choice = body["choices"][0]
+    message = choice["message"]
+    content = message["content"] or ""
+    base = {"id": body["id"], "object": "chat.completion.chunk", "created": 0}
+    base["model"] = body["model"]
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": {"content": content[i : i + piece]}}]}
+        for i in range(0, len(content), piece)
+    ]
+    for call in message.get("tool_calls") or []:
+        arguments = call["function"]["arguments"]
+        head = {"index": 0, "id": call["id"], "type": "function"}
+        head["function"] = {"name": call["function"]["name"], "arguments": ""}
+        chunks.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [head]}}]})
+        chunks.extend(
+            {
+                **base,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "tool_calls": [
+                                {"index": 0, "function": {"arguments": arguments[i : i + piece]}}
+                            ]
+                        },
+                    }
+                ],
+            }
+            for i in range(0, len(arguments), piece)
+        )
+    chunks.append(
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]}
+    )
+    if body.get("usage"):
+        chunks.append({**base, "choices": [], "usage": body["usage"]})
+    events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
+    return [event.encode() for event in events]
+
+
+def error_body(message: str, code: str | None = None) -> dict[str, Any]:
+    """An error body as OpenAI sends it."""
+    return {"error": {"message": message, "type": "test_error", "code": code}}
+
+
+@dataclass
+class Reply:
+    """One canned reply: a status and JSON body (or raw bytes), or a stall that never answers."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    stall: bool = False
+    raw: bytes | None = None
+    """Sent as it is instead of ``body`` as JSON, with ``content_type``."""
+    content_type: str = "application/json"
+    pause: float = 0.0
+    """Seconds between two events of a streamed answer."""
+
+
+class FakeOpenAI:
+    """An OpenAI-compatible server that replays :class:`Reply` objects in order.
+
+    When the queue is empty it keeps answering with ``fallback``; every request body and
+    its headers are recorded in ``requests``.
+    """
+
+    def __init__(self, *, keep_alive: bool = False) -> None:
+        self.keep_alive = keep_alive
+        """Keep connections open between requests (HTTP/1.1), as the real API does."""
+        self.ports: list[int] = []
+        """The client's port of each request: one per connection."""
+        self.replies: list[Reply] = []
+        self.fallback: Reply | None = None
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.refuse_response_format = False
+        """Answer any request with a ``response_format`` 400, as a server without one."""
+        self.refuse_tools = False
+        """Answer any request with ``tools`` 400, as a server without tool calling."""
+        self.released = threading.Event()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The base URL a client is given (``/v1`` included)."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def queue(self, *replies: Reply) -> None:
+        """Add ``replies`` to the end of the queue."""
+        self.replies.extend(replies)
+
+    def plan_requests(self) -> list[dict[str, Any]]:
+        """The requests that asked for an answer matching a schema, in whatever mode."""
+        return [r for r in self.requests if _asks_schema(r)]
+
+    def modes(self) -> list[str]:
+        """The output mode each schema request was asked in, in order."""
+        return [_mode(request) for request in self.plan_requests()]
+
+    def _next(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+            if self.refuse_response_format and "response_format" in body:
+                return Reply(status=400, body=error_body("'response_format' is not supported"))
+            if self.refuse_tools and "tools" in body:
+                return Reply(status=400, body=error_body("this model does not support tools"))
+            if self.replies:
+                return self.replies.pop(0)
+            if self.fallback is not None:
+                return self.fallback
+            return Reply(status=500, body=error_body("no canned reply left"))
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if fake.keep_alive else "HTTP/1.0"
+            disable_nagle_algorithm = True  # headers and body leave at once
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                fake.ports.append(self.client_address[1])
+                reply = fake._next(body, {k.lower(): v for k, v in self.headers.items()})
+                if reply.stall:  # far past any test's timeout: a client must give up first
+                    fake.released.wait(600)
+                    return
+                data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
+                pieces, content_type = [data], reply.content_type
+                if body.get("stream") and reply.status == 200 and reply.raw is None:
+                    pieces, content_type = event_stream(reply.body), "text/event-stream"
+                self.send_response(reply.status)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(sum(map(len, pieces))))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                for piece in pieces:
+                    self.wfile.write(piece)
+                    if reply.pause:
+                        self.wfile.flush()
+                        time.sleep(reply.pause)
+
+        return Handler
+
+    def start(self) -> None:
+        """Serve in a daemon thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Let stalled requests go, stop serving and free the port."""
+        self.released.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def _asks_schema(request: dict[str, Any]) -> bool:
+    stated = outputs.schema_instructions({}).partition(":")[0]
+    system = [m["content"] for m in request.get("messages", []) if m["role"] == "system"]
+    in_prompt = any(stated in content for content in system)
+    return in_prompt or "response_format" in request or "tools" in request
+
+
+def _mode(request: dict[str, Any]) -> str:
+    if "tools" in request:
+        return "tool"
+    response_format = request.get("response_format")
+    if response_format is None:
+        return "prompt"
+    return "native" if response_format["type"] == "json_schema" else "json"
