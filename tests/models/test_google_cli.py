@@ -73,7 +73,7 @@ def test_plan_execute_on_gemini_ends_in_success(
     planned, combined = gemini.requests
     assert planned.path.endswith(":streamGenerateContent")  # the plan streams
     assert "responseJsonSchema" in planned.generation
-    assert combined.path.endswith(":generateContent")
+    assert combined.path.endswith(":streamGenerateContent")  # so does the answer
     assert KEY not in json.dumps(result) and KEY not in err
 
 

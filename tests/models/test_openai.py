@@ -42,7 +42,7 @@ def test_a_full_run_succeeds_and_reports_the_servers_token_counts(
     assert [step.tool for step in result.plan.steps] == [s["tool"] for s in seed_plan()["steps"]]
     assert result.usage.llm_calls == 2
     assert (result.usage.tokens_in, result.usage.tokens_out) == (800, 120)
-    assert result.usage.cost_usd == 0  # a self-hosted server is not billed
+    assert result.usage.cost_usd is None  # a model the price table does not know
 
 
 def test_the_plan_request_carries_the_plan_schema_and_the_combine_call_does_not(
@@ -394,7 +394,7 @@ def test_the_same_model_costs_the_same_whatever_the_server(fake_openai: FakeOpen
     assert model(fake_openai).estimate_cost(1_000_000) is None  # a model with no known price
 
 
-def test_a_plan_is_streamed_when_the_run_listens_and_the_combine_call_is_not(
+def test_the_plan_and_the_answer_stream_when_the_run_listens(
     fake_openai: FakeOpenAI,
 ) -> None:
     fake_openai.queue(ok(PLAN, tokens=(300, 90)), ok(ANSWER), ok(PLAN), ok(ANSWER))
@@ -407,7 +407,8 @@ def test_a_plan_is_streamed_when_the_run_listens_and_the_combine_call_is_not(
     plan_request, combine_request, plain_plan, _ = fake_openai.requests
     assert plan_request["stream"] is True
     assert plan_request["stream_options"] == {"include_usage": True}
-    assert "stream" not in combine_request and "stream" not in plain_plan
+    assert combine_request["stream"] is True  # its pieces are AnswerDelta events
+    assert "stream" not in plain_plan
     assert streamed.usage.tokens_in == 300 + 120  # the usage chunk's count, then the combine's
 
 

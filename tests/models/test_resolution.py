@@ -204,6 +204,10 @@ def test_cli_budget_flags_for_model_spend(
         "100000",
         "--max-cost-usd",
         "1",
+        "--price-in",
+        "1",
+        "--price-out",
+        "2",
         "--json",
     )
 

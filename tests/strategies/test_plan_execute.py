@@ -109,6 +109,7 @@ def test_result_json_has_the_seed_keys_plus_run_id_and_usage() -> None:
         "cost_usd",
         "seconds",
         "repairs",
+        "estimated",
     }
 
 
