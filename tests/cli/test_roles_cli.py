@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stub_servers.openai_server import FakeOpenAI, Reply, completion
 
 from taskdecomp import runconfig
 from taskdecomp.run import RunId
 from taskdecomp.store import open_store
 from tests.clitools import cli
-from tests.models.conftest import FakeOpenAI, Reply, completion
 from tests.models.conftest import fake_openai as fake_openai  # the fixture, used by name
 
 GOAL = "Report the key k"
