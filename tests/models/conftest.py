@@ -5,7 +5,10 @@ thread) that answers from a queue of canned replies, so tests can make it stall,
 fail or truncate; a request with ``stream: true`` gets its completion as server-sent events
 (a tool call's arguments as ``delta.tool_calls`` pieces). It can also refuse, with 400 as
 servers without them do, any ``response_format`` (``refuse_response_format``) or any
-``tools`` (``refuse_tools``).
+``tools`` (``refuse_tools``). Given a :class:`~tests.models.responder.Responder` (``responder``), it
+answers any request no canned reply is left for by what the request is, in the mode it was
+asked in (a tool call, JSON content, or prose with the JSON in a code fence when the schema is
+only stated in the prompt), so concurrent calls are answered right in any order.
 ``llama_server``: the real ``python -m llama_cpp.server`` serving the
 SmolLM2 GGUF on 127.0.0.1, once per session.
 """
@@ -30,6 +33,7 @@ import pytest
 
 from taskdecomp.models import outputs
 from taskdecomp.models.local import default_gguf, llama_cpp_installed
+from tests.models.responder import Answer, Asked, Responder, fenced, stated_schema
 
 
 def completion(
@@ -135,13 +139,14 @@ class Reply:
 class FakeOpenAI:
     """An OpenAI-compatible server that replays :class:`Reply` objects in order.
 
-    When the queue is empty it keeps answering with ``fallback``; every request body and
-    its headers are recorded in ``requests``.
+    When the queue is empty it answers with ``responder`` when it has one, else with
+    ``fallback``; every request body and its headers are recorded in ``requests``.
     """
 
     def __init__(self) -> None:
         self.replies: list[Reply] = []
         self.fallback: Reply | None = None
+        self.responder: Responder | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.refuse_response_format = False
@@ -180,9 +185,11 @@ class FakeOpenAI:
                 return Reply(status=400, body=error_body("this model does not support tools"))
             if self.replies:
                 return self.replies.pop(0)
-            if self.fallback is not None:
-                return self.fallback
-            return Reply(status=500, body=error_body("no canned reply left"))
+        if self.responder is not None:
+            return Reply(body=responded(self.responder, body))
+        if self.fallback is not None:
+            return self.fallback
+        return Reply(status=500, body=error_body("no canned reply left"))
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -224,6 +231,29 @@ class FakeOpenAI:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
+
+
+def responded(responder: Responder, request: dict[str, Any]) -> dict[str, Any]:
+    """A completion with ``responder``'s answer to ``request``, in the mode it asks in."""
+    messages = request.get("messages", [])
+    system, stated = stated_schema(
+        "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    )
+    turns = tuple((m["role"], m["content"]) for m in messages if m["role"] != "system")
+    tools = request.get("tools")
+    response_format = request.get("response_format") or {}
+    if tools:
+        schema = tools[0]["function"]["parameters"]
+    elif response_format.get("type") == "json_schema":
+        schema = response_format["json_schema"]["schema"]
+    else:
+        schema = response_format.get("schema", stated)
+    answer: Answer = responder.answer(Asked(system=system, turns=turns, schema=schema))
+    if tools:
+        return completion(None, tool_arguments=answer.text, finish_reason="tool_calls")
+    if schema is not None and not response_format:
+        return completion(fenced(answer))
+    return completion(answer.text)
 
 
 def _asks_schema(request: dict[str, Any]) -> bool:
