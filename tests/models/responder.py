@@ -101,10 +101,13 @@ class Asked:
 
     @property
     def phase(self) -> Phase:
+        """Which call this is, by the opening of its system prompt."""
         for opening, phase in PHASES:
             if self.system.startswith(opening):
                 return phase
-        raise AssertionError(f"no phase opens with {self.system[:60]!r}")
+        raise AssertionError(
+            f"no phase's prompt opens {self.system[:60]!r}: add its first words to PHASES"
+        )
 
     def text(self) -> str:
         """Every message's text, the system prompt first."""

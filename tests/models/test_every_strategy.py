@@ -7,8 +7,11 @@ and a named host (``groq``) through the Chat Completions server. Every server an
 the same :class:`~tests.models.responder.Responder`, by what each request is, so the tree's
 concurrent calls are answered right in whatever order they come. ``plan_execute``,
 ``replan``, ``tree`` (from a goal, decomposed as needed) and a workflow each end in success
-with the answer the tools' results give; so do a typed answer and a repaired plan; and the
-tree runs once per provider through the command line.
+with the answer the tools' results give. So do typed answers (a pydantic model, and a
+closed JSON schema asked in the provider's best mode) and answers repaired once (a plan, a
+replan's plan, the tree's actions); an answer that keeps breaking its rule stops the run
+with that rule once the repairs are spent. The tree also runs once per provider through
+the command line.
 """
 
 from __future__ import annotations
