@@ -11,6 +11,11 @@ bytes. A request with ``"stream": true`` gets its message as the API's server-se
 ``message_start``, ``ping``, per block ``content_block_start``, ``content_block_delta``
 (``text_delta`` or ``input_json_delta``) and ``content_block_stop``, then
 ``message_delta`` (stop reason, output tokens) and ``message_stop``.
+
+Given a :class:`~stub_servers.responder.Responder` (``responder``), a request no canned
+reply is left for is answered by what it is, in the mode it asks in: a ``tool_use`` block
+for a forced tool, the JSON as text for ``output_config.format``, prose with the JSON in a
+code fence when the schema is only stated in the system prompt, else text.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from stub_servers.responder import Asked, Responder, fenced, stated_schema
 
 KEY = "sk-ant-test-0123456789abcdef"
 """The key the server takes."""
@@ -160,6 +167,7 @@ class AnthropicServer:
         self.key = KEY
         self.replies: list[Reply] = []
         self.fallback: Reply | None = None
+        self.responder: Responder | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.released = threading.Event()
@@ -207,9 +215,15 @@ class AnthropicServer:
                 return refusal
             if self.replies:
                 return self.replies.pop(0)
-            if self.fallback is not None:
-                return self.fallback
-            return fail(500, "no canned reply left")
+        if self.responder is not None:
+            return Reply(body=responded(self.responder, body))
+        if self.fallback is not None:
+            return self.fallback
+        return fail(500, "no canned reply left")
+
+    def modes(self) -> list[str]:
+        """The output mode of each request that asked for structured output, in order."""
+        return [mode for mode in map(_mode, self.requests) if mode is not None]
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -267,6 +281,46 @@ class AnthropicServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
+
+
+def _text(content: Any) -> str:
+    """A system prompt or message content: a string, or a list of text blocks."""
+    if isinstance(content, str):
+        return content
+    return "".join(block.get("text", "") for block in content)
+
+
+def _mode(body: Any) -> str | None:
+    if not isinstance(body, dict):
+        return None
+    if body.get("tools"):
+        return "tool"
+    if "output_config" in body:
+        return "native"
+    return "prompt" if stated_schema(_text(body.get("system", "")))[1] is not None else None
+
+
+def responded(responder: Responder, body: dict[str, Any]) -> dict[str, Any]:
+    """A message with ``responder``'s answer to ``body``, in the mode it asks in."""
+    system, stated = stated_schema(_text(body.get("system", "")))
+    turns = tuple((m["role"], _text(m["content"])) for m in body["messages"])
+    tools = body.get("tools")
+    schema: dict[str, Any] | None = tools[0]["input_schema"] if tools else None
+    wrapped = schema is not None and _wrapped(schema)
+    if schema is not None and wrapped:
+        schema = schema["properties"]["answer"]
+    native = body.get("output_config", {}).get("format", {}).get("schema")
+    schema = schema or native or stated
+    answer = responder.answer(Asked(system=system, turns=turns, schema=schema))
+    if tools:
+        return message(tool_input={"answer": answer.value} if wrapped else answer.value)
+    return message(text=fenced(answer) if stated is not None else answer.text)
+
+
+def _wrapped(schema: dict[str, Any]) -> bool:
+    """Whether a tool's input schema is the provider's wrapper around a non-object answer."""
+    properties = schema.get("properties", {})
+    return list(properties) == ["answer"] and properties["answer"].get("type") != "object"
 
 
 def serve() -> Iterator[AnthropicServer]:

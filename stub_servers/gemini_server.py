@@ -11,6 +11,11 @@ one 400 ``INVALID_ARGUMENT`` with reason ``API_KEY_INVALID``. Errors have the AP
 Replies come from a queue of canned :class:`Reply` objects (like ``fake_openai``), then from
 ``fallback``. A server may refuse JSON mode or function calling as the API does for models
 without them (Gemma): a 400 ``JSON mode is not enabled for models/...``.
+
+Given a :class:`~stub_servers.responder.Responder` (``responder``), a request no canned
+reply is left for is answered by what it is, in the mode it asks in: a ``functionCall``
+when function calling is forced, the JSON as text under ``responseMimeType``, prose with the
+JSON in a code fence when the schema is only stated in the system instruction, else text.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from stub_servers.responder import Asked, Responder, fenced, stated_schema
 
 KEY = "gm-test-key-0123456789abcdef"
 """The key the server takes (long enough to count as a secret)."""
@@ -145,6 +152,7 @@ class GeminiServer:
     def __init__(self) -> None:
         self.replies: list[Reply] = []
         self.fallback: Reply | None = None
+        self.responder: Responder | None = None
         self.requests: list[Seen] = []
         self.json_mode = True
         """Whether ``responseMimeType: application/json`` is taken."""
@@ -176,9 +184,15 @@ class GeminiServer:
                 return refused
             if self.replies:
                 return self.replies.pop(0)
-            if self.fallback is not None:
-                return self.fallback
-            return failure(500, "no canned reply left")
+        if self.responder is not None:
+            return Reply(body=responded(self.responder, seen))
+        if self.fallback is not None:
+            return self.fallback
+        return failure(500, "no canned reply left")
+
+    def modes(self) -> list[str]:
+        """The output mode of each request that asked for structured output, in order."""
+        return [mode for mode in map(_mode, self.requests) if mode is not None]
 
     def _refusal(self, seen: Seen) -> Reply | None:
         """What the API answers a request this server cannot take, before any reply."""
@@ -256,6 +270,38 @@ class GeminiServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
+
+
+def _mode(seen: Seen) -> str | None:
+    if seen.body.get("tools"):
+        return "tool"
+    if "responseJsonSchema" in seen.generation:
+        return "native"
+    if "responseMimeType" in seen.generation:
+        return "json"
+    return "prompt" if stated_schema(seen.system)[1] is not None else None
+
+
+def responded(responder: Responder, seen: Seen) -> dict[str, Any]:
+    """A response with ``responder``'s answer to ``seen``, in the mode it asks in."""
+    system, stated = stated_schema(seen.system)
+    turns = tuple(
+        (
+            "assistant" if content.get("role") == "model" else "user",
+            "".join(part.get("text", "") for part in content.get("parts", [])),
+        )
+        for content in seen.body.get("contents", [])
+    )
+    tools = seen.body.get("tools")
+    schema = seen.generation.get("responseJsonSchema") or stated
+    if tools:
+        schema = tools[0]["functionDeclarations"][0]["parametersJsonSchema"]
+    value = responder.answer(Asked(system=system, turns=turns, schema=schema))
+    if tools:
+        return call(value.value)
+    if stated is not None and "responseMimeType" not in seen.generation:
+        return answer(fenced(value))
+    return answer(value.text)
 
 
 @contextmanager

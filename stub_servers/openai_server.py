@@ -5,8 +5,12 @@ from a queue of :class:`Reply` objects, so a caller can make it stall, rate-limi
 truncate; a request with ``stream: true`` gets its completion as server-sent events (a tool
 call's arguments as ``delta.tool_calls`` pieces, the usage in a last chunk). It can also
 refuse, with 400 as servers without them do, any ``response_format``
-(``refuse_response_format``) or any ``tools`` (``refuse_tools``). The tests
-(``fake_openai``) and ``bench/providers.py`` use it.
+(``refuse_response_format``) or any ``tools`` (``refuse_tools``). Given a
+:class:`~stub_servers.responder.Responder` (``responder``), it answers any request no canned
+reply is left for by what the request is, in the mode it was asked in (a tool call, JSON
+content, or prose with the JSON in a code fence when the schema is only stated in the
+prompt), so concurrent calls are answered right in any order. The tests (``fake_openai``)
+and ``bench/providers.py`` use it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from stub_servers.responder import Answer, Asked, Responder, fenced, stated_schema
 from taskdecomp.models import outputs
 
 
@@ -136,6 +141,7 @@ class FakeOpenAI:
         """The client's port of each request: one per connection."""
         self.replies: list[Reply] = []
         self.fallback: Reply | None = None
+        self.responder: Responder | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.refuse_response_format = False
@@ -176,9 +182,11 @@ class FakeOpenAI:
                 return Reply(status=400, body=error_body("this model does not support tools"))
             if self.replies:
                 return self.replies.pop(0)
-            if self.fallback is not None:
-                return self.fallback
-            return Reply(status=500, body=error_body("no canned reply left"))
+        if self.responder is not None:
+            return Reply(body=responded(self.responder, body))
+        if self.fallback is not None:
+            return self.fallback
+        return Reply(status=500, body=error_body("no canned reply left"))
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -242,3 +250,26 @@ def _mode(request: dict[str, Any]) -> str:
     if response_format is None:
         return "prompt"
     return "native" if response_format["type"] == "json_schema" else "json"
+
+
+def responded(responder: Responder, request: dict[str, Any]) -> dict[str, Any]:
+    """A completion with ``responder``'s answer to ``request``, in the mode it asks in."""
+    messages = request.get("messages", [])
+    system, stated = stated_schema(
+        "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    )
+    turns = tuple((m["role"], m["content"]) for m in messages if m["role"] != "system")
+    tools = request.get("tools")
+    response_format = request.get("response_format") or {}
+    if tools:
+        schema = tools[0]["function"]["parameters"]
+    elif response_format.get("type") == "json_schema":
+        schema = response_format["json_schema"]["schema"]
+    else:
+        schema = response_format.get("schema", stated)
+    answer: Answer = responder.answer(Asked(system=system, turns=turns, schema=schema))
+    if tools:
+        return completion(None, tool_arguments=answer.text, finish_reason="tool_calls")
+    if schema is not None and not response_format:
+        return completion(fenced(answer))
+    return completion(answer.text)
