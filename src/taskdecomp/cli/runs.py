@@ -165,13 +165,13 @@ def run_command(
     from taskdecomp.settings import choose_model, load_openai_settings
 
     settings = load_settings()
-    budget = settings.budget(**budget_flags)
     openai_settings = load_openai_settings()
     planner, combiner = build_models(
         choose_model(model, settings, openai_settings, local_available=_app.local_model_available),
         combiner_model or settings.combiner_model,
         base_url=base_url,
     )
+    budget = settings.budget(model=planner, **budget_flags)  # after the model: its deadline
     allowed = names(allow)
     durable.lease_seconds(settings.lease_seconds)  # refused here, before a store is created
     toolset = load_tools(tools)  # before the run: Ctrl-C in a slow import just exits
