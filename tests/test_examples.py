@@ -158,4 +158,4 @@ def test_the_embedded_model_example_runs_as_written() -> None:
     data = json.loads(proc.stdout)
     assert data["stop_reason"] == "success" and data["answer"]
     assert data["usage"]["llm_calls"] == 2 and data["usage"]["tool_calls"] >= 3
-    assert all(step["args"].get("month", "2026-04") == "2026-04" for step in data["plan"]["steps"])
+    assert all(step["args"].get("month", "2026-04") == "2026-04" for step in data["plan"])
