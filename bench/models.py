@@ -1,6 +1,7 @@
 """Embedded-model benchmark: plan latency, speed, and how often plans pass and are right.
 
     python bench/models.py [--goals 20] [--modes grammar,schema] [--model local]
+                           [--output-modes json,prompt] [--min-plan-steps 3]
                            [--toolset sales|travel|all] [--strategy plan_execute|replan]
                            [--threads N] [--progress]
 
@@ -14,6 +15,16 @@ local:PATH.gguf``) for 20 different goals per toolset, once per constraint mode:
   schema (tool names an enum, per-tool ``args``), decoded by ``create_chat_completion``;
 - ``json``: a grammar for any JSON object;
 - ``none``: no grammar at all.
+
+Then one row per output mode (``--output-modes``, default ``json,prompt``; ``none`` for no
+such row), as a provider asks for structured output (:mod:`taskdecomp.models.outputs`):
+
+- ``out:native``: the schema enforced (on the embedded model: the ``grammar`` row again);
+- ``out:json``: a grammar for any JSON value, the schema stated in the system prompt;
+- ``out:prompt``: no grammar, the schema in the system prompt, the answer's first JSON value.
+
+``--min-plan-steps N`` (default 3, the seed's) sets the fewest steps a plan may have, through
+``Budget.min_plan_steps`` where the budget has that field (else only 3 is accepted).
 
 Toolsets (``--toolset``, default ``all``, one table each):
 
@@ -37,8 +48,8 @@ For each mode it prints, over the plan calls:
   for each tool it names, a call of that tool with the values it expects (ids, days, cities,
   cabins; strings compared without case);
 - ``prec``: tool precision, steps that call a tool the goal needs over all tool steps, summed
-  over the plans that passed. A plan has at least 3 steps, so a goal that needs one tool
-  reaches 100% only by calling that tool 3 times.
+  over the plans that passed. A plan has at least ``--min-plan-steps`` steps (3) and calls
+  no tool twice, so with 3 a goal that needs one tool reaches at most 33%.
 
 The combine call is scripted, so only the plan call is measured; the tools still run.
 
@@ -61,13 +72,16 @@ import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from taskdecomp import Budget, ModelCalled, Plan, ScriptedModel, Toolset, load_toolset, run
+from taskdecomp.budget import MIN_PLAN_STEPS
 from taskdecomp.events import Event
 from taskdecomp.models.base import ModelRequest, ModelResponse, streams
 from taskdecomp.models.local import Constraint, LocalModel
+from taskdecomp.models.outputs import OutputMode
 from taskdecomp.stops import LlmPhase
 from taskdecomp.strategies.replan import ReplanOptions
 
@@ -87,6 +101,47 @@ UNPARSED = frozenset(
     {"invalid_plan:non_json", "invalid_replan:non_json", "invalid_action:non_json", "llm_empty"}
 )
 REFUSED = ("invalid_plan", "invalid_replan", "invalid_action", "bad_ref")
+CONSTRAINTS: tuple[Constraint, ...] = ("grammar", "schema", "json", "none")
+OUTPUT_MODES: tuple[OutputMode, ...] = ("native", "json", "prompt")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """One configuration of the embedded model measured: a row of the tables."""
+
+    label: str
+    constrain: Constraint = "grammar"
+    output_mode: OutputMode = "native"
+
+
+def rows(constraints: str, output_modes: str) -> list[Row]:
+    """The rows ``--modes`` and ``--output-modes`` ask for, in a fixed order."""
+    chosen, outputs = constraints.split(","), output_modes.split(",")
+    unknown = sorted({*chosen} - {*CONSTRAINTS, ""} | ({*outputs} - {*OUTPUT_MODES, "none", ""}))
+    if unknown:
+        raise SystemExit(
+            f"unknown modes {unknown!r}: --modes takes {', '.join(CONSTRAINTS)}; "
+            f"--output-modes takes {', '.join(OUTPUT_MODES)} or none"
+        )
+    found = [Row(label=c, constrain=c) for c in CONSTRAINTS if c in chosen]
+    return found + [Row(label=f"out:{m}", output_mode=m) for m in OUTPUT_MODES if m in outputs]
+
+
+def plan_budget(seconds: float, min_plan_steps: int) -> Budget:
+    """A budget of ``seconds`` whose plans have at least ``min_plan_steps`` steps.
+
+    Raises:
+        SystemExit: the budget has no ``min_plan_steps`` field yet and the value is not 3.
+    """
+    limits: dict[str, Any] = {"max_seconds": seconds}
+    if "min_plan_steps" in {f.name for f in fields(Budget)}:
+        limits["min_plan_steps"] = min_plan_steps
+    elif min_plan_steps != MIN_PLAN_STEPS:
+        raise SystemExit(
+            f"--min-plan-steps {min_plan_steps} needs a Budget with min_plan_steps; "
+            f"this version plans at least {MIN_PLAN_STEPS} steps: leave the flag out"
+        )
+    return Budget(**limits)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -270,7 +325,13 @@ class Tally:
 
 
 async def measure(
-    model: TimedModel, tools: Toolset, goal: Goal, tally: Tally, *, show: bool = False
+    model: TimedModel,
+    tools: Toolset,
+    goal: Goal,
+    tally: Tally,
+    *,
+    budget: Budget,
+    show: bool = False,
 ) -> str:
     """Plan and run ``goal``; tally its plan call and plan; return its stop reason."""
     calls: list[ModelCalled] = []
@@ -285,7 +346,7 @@ async def measure(
         tools=tools,
         model=model,
         combiner_model=ScriptedModel(rules=[], default="(combined)"),
-        budget=Budget(max_seconds=300),
+        budget=budget,
         on_event=collect,
     )
     tally.runs += 1
@@ -335,7 +396,7 @@ def print_table(model: LocalModel, suite: Suite, tallies: list[Tally]) -> None:
         f"goals: {tallies[0].runs} per mode"
     )
     header = (
-        f"{'grammar':<8} {'plan p50 s':>10} {'tok/s':>6} {'prompt s':>8} {'decode s':>8} "
+        f"{'mode':<10} {'plan p50 s':>10} {'tok/s':>6} {'prompt s':>8} {'decode s':>8} "
         f"{'dec tok/s':>9} {'tok in':>6} {'tok out':>7} "
         f"{'parse':>6} {'policy':>6} {'right':>6} {'prec':>6}"
     )
@@ -344,7 +405,7 @@ def print_table(model: LocalModel, suite: Suite, tallies: list[Tally]) -> None:
     for t in tallies:
         times = t.timings
         print(
-            f"{t.mode:<8} {p50(t.latencies):>10} {p50(t.speeds, '.1f'):>6} "
+            f"{t.mode:<10} {p50(t.latencies):>10} {p50(t.speeds, '.1f'):>6} "
             f"{p50(times.prompt):>8} {p50(times.decode):>8} {p50(times.speeds, '.1f'):>9} "
             f"{p50(times.tokens_in, '.0f'):>6} {p50(times.tokens_out, '.0f'):>7} "
             f"{share(t.parsed, t.runs):>6} {share(t.passed, t.runs):>6} "
@@ -382,7 +443,9 @@ class ReplanTally:
         return sum(phase.unparsed for phase in self.phases.values())
 
 
-async def measure_replan(model: TimedModel, tools: Toolset, goal: Goal, tally: ReplanTally) -> str:
+async def measure_replan(
+    model: TimedModel, tools: Toolset, goal: Goal, tally: ReplanTally, *, budget: Budget
+) -> str:
     """Run ``goal`` with the replan strategy; tally its answers; return its stop reason."""
     calls: list[ModelCalled] = []
 
@@ -395,7 +458,7 @@ async def measure_replan(model: TimedModel, tools: Toolset, goal: Goal, tally: R
         goal.text,
         tools=tools,
         model=model,
-        budget=Budget(max_seconds=600),
+        budget=budget,
         strategy="replan",
         replan=REPLAN_OPTIONS,
         on_event=collect,
@@ -425,7 +488,7 @@ def print_replan_table(model: LocalModel, suite: Suite, tallies: list[ReplanTall
         f"strategy: replan; goals: {tallies[0].runs}"
     )
     header = (
-        f"{'grammar':<8} {'phase':<8} {'answers':>7} {'unparsed':>8} {'policy':>7} {'p50 s':>7} "
+        f"{'mode':<10} {'phase':<8} {'answers':>7} {'unparsed':>8} {'policy':>7} {'p50 s':>7} "
         f"{'prompt s':>8} {'decode s':>8}"
     )
     print(header)
@@ -434,7 +497,7 @@ def print_replan_table(model: LocalModel, suite: Suite, tallies: list[ReplanTall
         for name, phase in t.phases.items():
             passed = phase.answers - phase.unparsed - phase.refused
             print(
-                f"{t.mode:<8} {name:<8} {phase.answers:>7} {phase.unparsed:>8} "
+                f"{t.mode:<10} {name:<8} {phase.answers:>7} {phase.unparsed:>8} "
                 f"{share(passed, phase.answers):>7} {p50(phase.latencies):>7} "
                 f"{p50(phase.timings.prompt):>8} {p50(phase.timings.decode):>8}"
             )
@@ -442,25 +505,33 @@ def print_replan_table(model: LocalModel, suite: Suite, tallies: list[ReplanTall
     print_reasons(tallies)
 
 
-def timed_model(path: str | None, mode: Constraint, args: argparse.Namespace) -> TimedModel:
-    model = LocalModel(path, constrain=mode, n_threads=args.threads)
+def progress(suite: Suite, row: Row, done: int, goals: int, reason: str) -> None:
+    """Print one goal's stop reason (``--progress``)."""
+    print(f"  {suite.name} {row.label} goal {done}/{goals}: {reason}", flush=True)
+
+
+def timed_model(path: str | None, row: Row, args: argparse.Namespace) -> TimedModel:
+    model = LocalModel(
+        path, constrain=row.constrain, output_mode=row.output_mode, n_threads=args.threads
+    )
     model.load()
     return TimedModel(model)
 
 
 async def plan_suite(
-    suite: Suite, path: str | None, modes: list[Constraint], args: argparse.Namespace
+    suite: Suite, path: str | None, modes: list[Row], args: argparse.Namespace
 ) -> bool:
     """Measure ``suite`` in every mode and print its table; say whether it met the target."""
     tools, goals = load_toolset(suite.tools), load_goals(suite.goals)
+    budget = plan_budget(300, args.min_plan_steps)
     tallies = []
-    for mode in modes:
-        model = timed_model(path, mode, args)
-        tally = Tally(mode=mode)
+    for row in modes:
+        model = timed_model(path, row, args)
+        tally = Tally(mode=row.label)
         for goal in goals[: args.goals]:
-            reason = await measure(model, tools, goal, tally, show=args.show_plans)
+            reason = await measure(model, tools, goal, tally, budget=budget, show=args.show_plans)
             if args.progress:
-                print(f"  {suite.name} {mode} goal {tally.runs}/{args.goals}: {reason}", flush=True)
+                progress(suite, row, tally.runs, args.goals, reason)
         tallies.append(tally)
     print_table(LocalModel(path), suite, tallies)
     met = True
@@ -495,18 +566,19 @@ def print_targets(t: Tally) -> bool:
 
 
 async def replan_suite(
-    suite: Suite, path: str | None, modes: list[Constraint], args: argparse.Namespace
+    suite: Suite, path: str | None, modes: list[Row], args: argparse.Namespace
 ) -> bool:
     """Measure ``suite`` with the replan strategy and print its table; say if it met the target."""
     tools, goals = load_toolset(suite.tools), load_goals(suite.goals)
+    budget = plan_budget(600, args.min_plan_steps)
     tallies = []
-    for mode in modes:
-        model = timed_model(path, mode, args)
-        tally = ReplanTally(mode=mode)
+    for row in modes:
+        model = timed_model(path, row, args)
+        tally = ReplanTally(mode=row.label)
         for goal in goals[: args.goals]:
-            reason = await measure_replan(model, tools, goal, tally)
+            reason = await measure_replan(model, tools, goal, tally, budget=budget)
             if args.progress:
-                print(f"  {suite.name} {mode} goal {tally.runs}/{args.goals}: {reason}", flush=True)
+                progress(suite, row, tally.runs, args.goals, reason)
         tallies.append(tally)
     print_replan_table(LocalModel(path), suite, tallies)
     met = True
@@ -523,6 +595,17 @@ async def main() -> int:
     parser.add_argument(
         "--modes", default="grammar,schema", help="grammar, schema, json and/or none"
     )
+    parser.add_argument(
+        "--output-modes",
+        default="json,prompt",
+        help="a row per output mode: native, json and/or prompt, or none",
+    )
+    parser.add_argument(
+        "--min-plan-steps",
+        type=int,
+        default=MIN_PLAN_STEPS,
+        help=f"fewest steps a plan may have (default {MIN_PLAN_STEPS})",
+    )
     parser.add_argument("--model", default="local", help="local or local:PATH.gguf")
     parser.add_argument("--toolset", choices=(*SUITES, "all"), default="all")
     parser.add_argument("--strategy", choices=("plan_execute", "replan"), default="plan_execute")
@@ -535,8 +618,7 @@ async def main() -> int:
     )
     args = parser.parse_args()
     path = args.model.partition(":")[2] or None
-    chosen = args.modes.split(",")
-    modes: list[Constraint] = [m for m in ("grammar", "schema", "json", "none") if m in chosen]
+    modes = rows(args.modes, args.output_modes)
     suites = list(SUITES.values()) if args.toolset == "all" else [SUITES[args.toolset]]
     measure_suite = replan_suite if args.strategy == "replan" else plan_suite
     met = True

@@ -126,3 +126,36 @@ def test_the_readme_tree_command_runs_as_written(capsys: pytest.CaptureFixture[s
         ("node-8", "open_ticket_sales", True),
     ]
     assert "350 tickets are on sale" in data["answer"]
+
+
+def local_example_command() -> list[str]:
+    """The command of the embedded model's example (docs/local-model.md, linked from the
+    README), its paths made absolute."""
+    text = (ROOT / "docs" / "local-model.md").read_text()
+    section = text.split("\n## The example\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.DOTALL)
+    argv = shlex.split(block.replace("\\\n", " "))
+    assert argv[0] == "taskdecomp" and "--model" not in argv, block
+    return [arg.replace("examples/", f"{EXAMPLES}/") for arg in argv[1:]]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_embedded_model_example_runs_as_written() -> None:
+    from tests.clitools import EXE
+    from tests.models.conftest import require_local_extra
+
+    require_local_extra()
+    # as the docs run it: no model named, no deadline given (the embedded model's applies)
+    proc = subprocess.run(
+        [str(EXE), *local_example_command(), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=800,
+        check=False,
+    )
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+    data = json.loads(proc.stdout)
+    assert data["stop_reason"] == "success" and data["answer"]
+    assert data["usage"]["llm_calls"] == 2 and data["usage"]["tool_calls"] >= 3
+    assert all(step["args"].get("month", "2026-04") == "2026-04" for step in data["plan"])

@@ -131,14 +131,21 @@ class Settings(BaseSettings):
         chosen = {role: flag or getattr(self, f"{role}_model") for role, flag in flags.items()}
         return {role: spec for role, spec in chosen.items() if spec}
 
-    def budget(self, **flags: Any) -> Budget:
+    def budget(self, *, model: object = None, **flags: Any) -> Budget:
         """A budget from flags (when not ``None``), else these settings, else the defaults.
+
+        Args:
+            model: the run's planner; one that declares ``default_max_seconds`` (the
+                embedded model) gets that deadline when no flag and no setting gives one.
+            **flags: budget fields from the command line.
 
         Raises:
             ConfigError: a value is out of range.
         """
         values = {name: getattr(self, name) for name in BUDGET_FIELDS}
         values.update({name: value for name, value in flags.items() if value is not None})
+        if values.get("max_seconds") is None:
+            values["max_seconds"] = getattr(model, "default_max_seconds", None)
         try:
             return Budget(**{name: value for name, value in values.items() if value is not None})
         except ValueError as exc:

