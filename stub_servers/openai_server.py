@@ -125,6 +125,8 @@ class Reply:
     content_type: str = "application/json"
     pause: float = 0.0
     """Seconds between two events of a streamed answer."""
+    cut_after: int | None = None
+    """Close the connection after this many events of a streamed answer (a dropped link)."""
 
 
 class FakeOpenAI:
@@ -216,7 +218,11 @@ class FakeOpenAI:
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
                 self.end_headers()
-                for piece in pieces:
+                for sent, piece in enumerate(pieces):
+                    if reply.cut_after is not None and sent >= reply.cut_after:
+                        self.wfile.flush()
+                        self.close_connection = True
+                        return
                     self.wfile.write(piece)
                     if reply.pause:
                         self.wfile.flush()

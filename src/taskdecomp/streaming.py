@@ -162,6 +162,9 @@ class EarlySteps:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 await self.cancel()
                 raise task.exception()  # type: ignore[misc]  # checked just above
+        for step_id, task in self._tasks.items():
+            if task.done() and not task.cancelled():  # its done callback may be still to run
+                self.finished.add(step_id)
         return {step_id: task for step_id, task in self._tasks.items() if not task.done()}
 
     async def cancel(self) -> None:

@@ -100,8 +100,8 @@ def test_a_bad_request_that_is_not_about_the_mode_ends_with_llm_error(
 
     assert result.stop_reason == "llm_error:bad_request"
     assert "messages: too long" in (result.message or "")
-    assert fake_openai.modes() == ["native", "tool", "json", "prompt"]  # each mode once
-    assert chosen.output_mode == "native"  # no mode worked: none is remembered
+    assert fake_openai.modes() == ["native"]  # not about the mode: no other mode would do
+    assert chosen.output_mode == "native"
 
 
 def test_a_500_that_names_response_format_falls_back_at_once_and_is_remembered(
@@ -145,7 +145,7 @@ def test_a_busy_server_after_a_fallback_is_retried_in_the_mode_reached(
     assert fake_openai.modes() == ["native", "tool", "tool"]
 
 
-def test_a_server_that_refuses_every_mode_with_500_is_retried_only_in_prompt_mode(
+def test_a_500_is_a_refusal_of_a_mode_only_when_it_names_what_the_mode_sent(
     fake_openai: FakeOpenAI,
 ) -> None:
     fake_openai.fallback = Reply(status=500, body=error_body("bad json_schema in response_format"))
@@ -153,8 +153,9 @@ def test_a_server_that_refuses_every_mode_with_500_is_retried_only_in_prompt_mod
     result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
 
     assert result.stop_reason == "llm_error:server"
-    # each mode once; prompt mode sends no format, so its 500 is a failing server
-    assert fake_openai.modes() == ["native", "tool", "json", "prompt", "prompt", "prompt"]
+    # native sent a response_format: refused; tool mode sends none, so its 500 is a
+    # failing server, retried in that mode until the attempts are spent
+    assert fake_openai.modes() == ["native", "tool", "tool", "tool"]
     assert "bad json_schema" in (result.message or "")
 
 
@@ -423,3 +424,24 @@ def test_complete_hands_every_piece_to_on_text_in_order(fake_openai: FakeOpenAI)
 
     assert len(pieces) > 10 and "".join(pieces) == response.text == PLAN
     assert response.finish_reason == "stop"
+
+
+def test_a_stream_cut_after_its_first_pieces_is_not_asked_again(fake_openai: FakeOpenAI) -> None:
+    # the listener (the steps that start early) already heard part of the plan: a second
+    # attempt would make it hear the plan twice
+    fake_openai.queue(Reply(body=completion(PLAN), cut_after=30), ok(PLAN), ok(ANSWER))
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    assert result.stop_reason == "llm_error:connection"
+    assert "peer closed connection" in (result.message or "")
+    assert len(fake_openai.requests) == 1
+
+
+def test_a_stream_refused_before_its_first_piece_is_asked_again(fake_openai: FakeOpenAI) -> None:
+    fake_openai.queue(Reply(status=503, body=error_body("busy")), ok(PLAN), ok(ANSWER))
+
+    result = run_sync(SEED_GOAL, tools=SALES_TOOLS, model=model(fake_openai))
+
+    assert result.stop_reason == "success"
+    assert len(fake_openai.requests) == 3

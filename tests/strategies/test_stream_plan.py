@@ -304,3 +304,27 @@ def test_any_split_of_a_plan_gives_its_steps_in_order_each_once(
         assert given_steps == steps[: len(given_steps)]  # a prefix, never a guess
         at += size
     assert given_steps == steps  # once the text is whole, every step is out
+
+
+def test_a_step_that_ended_before_its_done_callback_ran_counts_as_finished() -> None:
+    # the race a busy loop makes: handover() runs after an early step's task ended but
+    # before the task's done callback did; the step must not be handed to the scheduler
+    # again (a second call of the same tool and arguments is loop_detected)
+    from taskdecomp.streaming import EarlySteps
+
+    async def scenario() -> tuple[set[str], dict[str, asyncio.Task[None]]]:
+        early = EarlySteps(None, max_steps=3, max_parallel=2)  # type: ignore[arg-type]
+
+        async def step() -> None:
+            return None
+
+        task = asyncio.create_task(step())
+        task.add_done_callback(lambda done: early._done(done, step_id="step_1"))  # type: ignore[arg-type]
+        early._tasks["step_1"] = task  # type: ignore[index]
+        await asyncio.sleep(0)  # the task ends; its done callback is queued behind us
+        assert task.done() and "step_1" not in early.finished
+        running = await early.handover()
+        return set(early.finished), dict(running)
+
+    finished, running = asyncio.run(scenario())
+    assert finished == {"step_1"} and running == {}

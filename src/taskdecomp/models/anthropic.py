@@ -50,7 +50,6 @@ from taskdecomp.models.base import Model, ModelRequest, ModelResponse, estimate_
 from taskdecomp.models.clients import PerLoop, tls_context
 from taskdecomp.models.connection import Connection
 from taskdecomp.models.http_errors import (
-    BAD_REQUEST_STATUS,
     Endpoint,
     Failure,
     connection_error,
@@ -58,7 +57,7 @@ from taskdecomp.models.http_errors import (
     status_error,
 )
 from taskdecomp.models.outputs import OutputMode
-from taskdecomp.models.retry import Retry, RetryPolicy, retry_after, with_retries
+from taskdecomp.models.retry import Retry, RetryPolicy, listened, retry_after, with_retries
 from taskdecomp.settings import _load, reveal
 
 if TYPE_CHECKING:
@@ -70,14 +69,6 @@ DEFAULT_MAX_TOKENS = 4096
 
 SUPPORTED_MODES: tuple[OutputMode, ...] = ("native", "tool", "prompt")
 """The output modes the Messages API offers (it has no JSON mode)."""
-
-_MODE_WORDS: Mapping[OutputMode, tuple[str, ...]] = {
-    "native": ("output_config", "output_format", "structured output", "json_schema", "schema"),
-    "tool": ("tool",),
-    "json": (),
-    "prompt": (),
-}
-"""Words in a 400/422 message that make it a refusal of the mode rather than of the call."""
 
 _NATIVE_KEYWORDS = frozenset(
     {
@@ -251,11 +242,13 @@ class AnthropicModel:
         """
         client = await self._clients.get()
         modes = self._modes(request)
+        request, heard = listened(request)
         return await with_retries(
             functools.partial(self._attempt, client, request, modes),
             modes[0],
             self._retry,
             self._sleep,
+            heard=heard,
         )
 
     def _client(self) -> anthropic.AsyncAnthropic:
@@ -295,6 +288,7 @@ class AnthropicModel:
         request: ModelRequest,
         modes: tuple[OutputMode, ...],
         mode: OutputMode,
+        fell_back: bool = False,
     ) -> ModelResponse:
         import anthropic
 
@@ -313,17 +307,19 @@ class AnthropicModel:
             raise Retry(self._connection_error(exc), None, mode) from None
         except anthropic.APIStatusError as exc:
             failure = self._failure(exc)
-            if request.json_schema is not None and _refuses(failure, mode):
-                following = modes[modes.index(mode) + 1 :]
-                if following:  # the server lacks this mode: the next one, at once, remembered
-                    outputs.MEMORY.remember(self._server, following[0])
-                    return await self._attempt(client, request, modes, following[0])
+            refused = outputs.refuses(mode, failure.status, failure.detail)
+            following = modes[modes.index(mode) + 1 :]
+            if request.json_schema is not None and refused and following:
+                # the server lacks this mode: the next one, at once
+                return await self._attempt(client, request, modes, following[0], True)
             error = status_error(self._endpoint(), failure, attempts=self._retry.attempts)
             if retryable(failure):
                 raise Retry(error, retry_after(exc.response.headers), mode) from None
             raise error from None
         except (anthropic.APIResponseValidationError, json.JSONDecodeError):
             raise self._bad_response() from None
+        if fell_back:
+            outputs.MEMORY.remember(self._server, mode)
         return response
 
     def _params(self, request: ModelRequest, mode: OutputMode) -> dict[str, Any]:
@@ -590,12 +586,6 @@ def _fits(node: Any) -> bool:
             return False
     children = [*node.get("properties", {}).values(), *node.get("$defs", {}).values()]
     return all(_fits(child) for child in children)
-
-
-def _refuses(failure: Failure, mode: OutputMode) -> bool:
-    """Whether the server refused ``mode`` itself (a 400/422 that names its feature)."""
-    detail = failure.detail.lower()
-    return failure.status in BAD_REQUEST_STATUS and any(w in detail for w in _MODE_WORDS[mode])
 
 
 def _prompt_tokens(usage: Any) -> int | None:

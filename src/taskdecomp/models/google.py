@@ -55,7 +55,6 @@ from taskdecomp.models.base import Model, ModelRequest, ModelResponse, estimate_
 from taskdecomp.models.clients import PerLoop, tls_context
 from taskdecomp.models.connection import Connection
 from taskdecomp.models.http_errors import (
-    BAD_REQUEST_STATUS,
     Endpoint,
     Failure,
     connection_error,
@@ -69,9 +68,10 @@ from taskdecomp.models.outputs import (
     extract_json,
     fallbacks,
     output_mode,
+    refuses,
     schema_instructions,
 )
-from taskdecomp.models.retry import Retry, RetryPolicy, retry_after, with_retries
+from taskdecomp.models.retry import Retry, RetryPolicy, listened, retry_after, with_retries
 from taskdecomp.settings import reveal
 
 if TYPE_CHECKING:
@@ -88,14 +88,6 @@ every feature used here (JSON schemas, forced function calls, streaming)."""
 
 KEY_VARIABLES = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 """Where the key is read from, in the SDK's order."""
-
-_REFUSAL_WORDS: Mapping[OutputMode, tuple[str, ...]] = {
-    "native": ("jsonmode", "mimetype", "schema"),
-    "tool": ("functioncalling", "function", "tool"),
-    "json": ("jsonmode", "mimetype"),
-    "prompt": (),
-}
-"""Words (lower case, letters only) in a 400 that make it a refusal of the mode."""
 
 _FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)s$")
@@ -345,11 +337,13 @@ class GeminiModel:
             ModelError: the server refused the call or kept failing after the retries.
         """
         held = await self._clients.get()
+        request, heard = listened(request)
         return await with_retries(
             functools.partial(self._attempt, held.client, request),
             self.output_mode,
             self._retry,
             self._sleep,
+            heard=heard,
         )
 
     def _client(self) -> _Held:
@@ -375,7 +369,11 @@ class GeminiModel:
         return _Held(client=client.aio, http=http, idle=idle)
 
     async def _attempt(
-        self, client: genai_client.AsyncClient, request: ModelRequest, mode: OutputMode
+        self,
+        client: genai_client.AsyncClient,
+        request: ModelRequest,
+        mode: OutputMode,
+        fell_back: bool = False,
     ) -> ModelResponse:
         import httpx
         from google.genai import errors
@@ -394,13 +392,13 @@ class GeminiModel:
             raise Retry(error, None, mode) from None
         except errors.APIError as exc:
             failure = self._failure(exc)
-            if request.json_schema is not None and _refuses(failure, mode):
-                return await self._attempt(client, request, fallbacks(mode)[1])
+            if request.json_schema is not None and refuses(mode, failure.status, failure.detail):
+                return await self._attempt(client, request, fallbacks(mode)[1], True)
             error = status_error(self._endpoint(), failure, attempts=self._retry.attempts)
             if retryable(failure):
                 raise Retry(error, _retry_delay(exc), mode) from None
             raise error from None
-        if request.json_schema is not None:
+        if fell_back:
             MEMORY.remember(self._server, mode)
         return response
 
@@ -518,14 +516,6 @@ def _mode_config(schema: dict[str, Any], mode: OutputMode) -> dict[str, Any]:
             "automatic_function_calling": types.AutomaticFunctionCallingConfig(disable=True),
         }
     return {}
-
-
-def _refuses(failure: Failure, mode: OutputMode) -> bool:
-    """Whether the server refused ``mode`` (not the request): a 400 naming what it uses."""
-    if failure.status not in BAD_REQUEST_STATUS:
-        return False
-    said = re.sub(r"[^a-z]", "", failure.detail.lower())
-    return any(word in said for word in _REFUSAL_WORDS[mode])
 
 
 def _retry_delay(exc: errors.APIError) -> float | None:

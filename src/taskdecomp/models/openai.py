@@ -16,12 +16,13 @@ What a call does:
   message; ``prompt`` sends no ``response_format`` at all, states the schema in the system
   message and takes the first complete JSON value of the answer
   (:func:`~taskdecomp.models.outputs.extract_json`). It starts at the mode the connection
-  names (``--output-mode``), else ``native``. A server that refuses a mode (400 or 422, or
-  a 5xx whose body names ``response_format``, ``json_schema``, ``json_object`` or tools, as
-  the llama-cpp-python server does) is asked again at once in the next mode, not retried;
-  each mode is tried at most once, down to ``prompt``. The mode that worked is remembered
-  per server (provider, base URL and model) for the rest of the process
-  (:data:`~taskdecomp.models.outputs.MEMORY`), so no later call or model object probes again.
+  names (``--output-mode``), else ``native``. A server that refuses a mode (a 400, 422 or
+  5xx whose message names what the mode uses: ``response_format``, ``json_schema``, tools;
+  :func:`~taskdecomp.models.outputs.refuses`) is asked again at once in the next mode, not
+  retried; each mode is tried at most once, down to ``prompt``. The mode that worked after
+  such a refusal is remembered per server (provider, base URL and model) for the rest of
+  the process (:data:`~taskdecomp.models.outputs.MEMORY`), so no later call or model object
+  probes again.
 - **Streaming.** When the caller listens (``ModelRequest.on_text``), the answer is streamed:
   each piece goes to ``on_text`` (a tool call's arguments in ``tool`` mode; from the JSON
   value's first bracket on in ``prompt`` mode) and the tokens so far to
@@ -63,7 +64,6 @@ from taskdecomp.models.base import Message, ModelRequest, ModelResponse, estimat
 from taskdecomp.models.clients import PerLoop, tls_context
 from taskdecomp.models.connection import Connection
 from taskdecomp.models.http_errors import (
-    BAD_REQUEST_STATUS,
     Endpoint,
     Failure,
     connection_error,
@@ -71,16 +71,13 @@ from taskdecomp.models.http_errors import (
     status_error,
 )
 from taskdecomp.models.outputs import OutputMode
-from taskdecomp.models.retry import Retry, retry_after, with_retries
+from taskdecomp.models.retry import Retry, listened, retry_after, with_retries
 from taskdecomp.models.retry import RetryPolicy as RetryPolicy
 from taskdecomp.models.schemas import is_strict_compatible
 from taskdecomp.settings import OpenAISettings, load_openai_settings, reveal
 
 if TYPE_CHECKING:
     import openai
-
-_REFUSAL_WORDS = ("response_format", "json_schema", "json_object", "tool")
-"""Words in a 5xx body that make it a refusal of the output mode, not a failure."""
 
 
 class _Function(BaseModel):
@@ -252,11 +249,13 @@ class OpenAIModel:
             ModelError: the server refused the call, kept failing after the retries, or
                 answered with something that is not a chat completion (``bad_response``).
         """
+        request, heard = listened(request)
         return await with_retries(
             functools.partial(self._attempt, await self._clients.get(), request),
             self.output_mode,
             self._retry,
             self._sleep,
+            heard=heard,
         )
 
     def _client(self) -> openai.AsyncOpenAI:
@@ -273,7 +272,11 @@ class OpenAIModel:
         )
 
     async def _attempt(
-        self, client: openai.AsyncOpenAI, request: ModelRequest, mode: OutputMode
+        self,
+        client: openai.AsyncOpenAI,
+        request: ModelRequest,
+        mode: OutputMode,
+        fell_back: bool = False,
     ) -> ModelResponse:
         import openai
 
@@ -294,14 +297,15 @@ class OpenAIModel:
         except openai.APIConnectionError as exc:
             raise Retry(self._connection_error(exc), None, mode) from None
         except openai.APIStatusError as exc:
-            if request.json_schema is not None and mode != "prompt" and _refuses_mode(exc):
-                # this server does not take the mode: ask in the next one at once
-                return await self._attempt(client, request, outputs.fallbacks(mode)[1])
+            if request.json_schema is not None and outputs.refuses(
+                mode, exc.status_code, exc.response.text
+            ):  # this server does not take the mode: ask in the next one at once
+                return await self._attempt(client, request, outputs.fallbacks(mode)[1], True)
             error = self._status_error(exc)
             if retryable(_failure(exc, self._scrub)):
                 raise Retry(error, retry_after(exc.response.headers), mode) from None
             raise error from None
-        if request.json_schema is not None:
+        if fell_back:
             outputs.MEMORY.remember(self._server, mode)
         return response
 
@@ -544,18 +548,6 @@ def _with_schema(messages: tuple[Message, ...], schema: dict[str, Any]) -> list[
     else:
         sent.insert(0, {"role": "system", "content": stated})
     return sent
-
-
-def _refuses_mode(exc: openai.APIStatusError) -> bool:
-    """Whether the server refused the request's output mode rather than failed.
-
-    400 and 422 count whatever they say; a 5xx only when its body names the mode's part
-    (llama-cpp-python's server answers an unknown ``response_format`` type with 500).
-    """
-    if exc.status_code in BAD_REQUEST_STATUS:
-        return True
-    body = exc.response.text.lower()
-    return exc.status_code >= 500 and any(word in body for word in _REFUSAL_WORDS)
 
 
 def _failure(exc: openai.APIStatusError, scrub: Callable[[str], str]) -> Failure:

@@ -11,9 +11,10 @@ Four modes, best first:
   in one code fence or follow prose; :func:`extract_json` takes the first complete JSON value.
 
 A provider starts from the mode the user chose (``--output-mode``) or its own best, falls
-down :data:`MODES` when the server says a mode is unsupported (each mode tried at most once,
-ending at ``prompt``), and remembers the mode that worked for the rest of the process
-(:class:`ModeMemory`). Whatever the mode, the answer then passes the same policy boundary.
+down :data:`MODES` when the server says a mode is unsupported (:func:`refuses`; each mode
+tried at most once, ending at ``prompt``), and remembers the mode that worked after such a
+fall for the rest of the process (:class:`ModeMemory`). Whatever the mode, the answer then
+passes the same policy boundary.
 """
 
 from __future__ import annotations
@@ -34,6 +35,20 @@ MODES: tuple[OutputMode, ...] = get_args(OutputMode)
 
 ANSWER_TOOL = "answer"
 """The name of the one tool a ``tool``-mode request forces."""
+
+REFUSAL_WORDS: Mapping[OutputMode, tuple[str, ...]] = {
+    "native": (
+        "responseformat", "jsonschema", "responseschema", "schema", "outputconfig",
+        "outputformat", "structuredoutput", "mimetype", "jsonmode",
+    ),
+    "tool": ("tool", "function"),
+    "json": ("jsonobject", "responseformat", "schema", "mimetype", "jsonmode"),
+    "prompt": (),
+}  # fmt: skip
+"""What each mode's request uses, as a refusal names it (lower case, letters only):
+``response_format``, ``tool_choice``, ``responseMimeType``, ``output_config``..."""
+
+_REFUSAL_STATUS = frozenset({400, 422})
 
 
 def output_mode(value: str) -> OutputMode:
@@ -59,6 +74,20 @@ def fallbacks(first: OutputMode, supported: Sequence[OutputMode] = MODES) -> tup
     return tuple(chosen)
 
 
+def refuses(mode: OutputMode, status: int, message: str) -> bool:
+    """Whether a failed call is the server refusing ``mode``, not the request.
+
+    A 400 or 422, or a 5xx (llama-cpp-python's server answers a ``response_format`` it does
+    not know with 500), whose message names what the mode uses. Any other failure, such as
+    a 400 for a prompt over the context length or a content filter, is the request's own:
+    no other mode would fare better.
+    """
+    if status not in _REFUSAL_STATUS and status < 500:
+        return False
+    said = re.sub(r"[^a-z]", "", message.lower())
+    return any(word in said for word in REFUSAL_WORDS[mode])
+
+
 class ModeMemory:
     """The mode each server last answered a schema request in, for this process.
 
@@ -77,7 +106,11 @@ class ModeMemory:
         return max(known, chosen, key=MODES.index)
 
     def remember(self, key: Hashable, mode: OutputMode) -> None:
-        """Say that ``mode`` worked for ``key``."""
+        """Say that ``mode`` worked for ``key`` after the modes before it were refused.
+
+        A provider calls it only for a call that fell back: a mode a caller chose is not a
+        fact about the server, so it never lowers where the next caller starts.
+        """
         with self._lock:
             self._modes[key] = mode
 

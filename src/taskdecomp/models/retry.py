@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from taskdecomp.errors import ModelError
+from taskdecomp.models.base import ModelRequest
 
 MAX_RETRY_AFTER = 20.0
 """The longest ``Retry-After`` honoured, whatever the server asks."""
@@ -63,23 +64,51 @@ class Retry(Exception, Generic[S]):
         self.state = state
 
 
+@dataclass
+class Heard:
+    """Whether any piece of a streamed answer reached its listener (``on_text``)."""
+
+    any: bool = False
+
+
+def listened(request: ModelRequest) -> tuple[ModelRequest, Heard]:
+    """``request`` with its listener watched, and what it heard.
+
+    An attempt whose pieces were heard is not repeated: its listener (the plan stream that
+    starts steps early, the answer's deltas) would hear the answer twice.
+    """
+    heard = Heard()
+    listener = request.on_text
+    if listener is None:
+        return request, heard
+
+    def on_text(piece: str) -> None:
+        heard.any = True
+        listener(piece)
+
+    return replace(request, on_text=on_text), heard
+
+
 async def with_retries(
     attempt: Callable[[S], Awaitable[T]],
     first: S,
     policy: RetryPolicy,
     sleep: Callable[[float], Awaitable[None]],
+    *,
+    heard: Heard | None = None,
 ) -> T:
     """``attempt(state)`` until it returns, at most ``policy.attempts`` times.
 
     Raises:
-        ModelError: the last attempt's error, once every attempt raised :class:`Retry`.
+        ModelError: the last attempt's error, once every attempt raised :class:`Retry`, or
+            once an attempt that failed had handed pieces of its answer out (``heard``).
     """
     number, state = 1, first
     while True:
         try:
             return await attempt(state)
         except Retry as retry:
-            if number >= policy.attempts:
+            if number >= policy.attempts or (heard is not None and heard.any):
                 raise retry.error from None
             await sleep(policy.delay(number, retry.retry_after))
             number, state = number + 1, retry.state
