@@ -23,8 +23,8 @@ such row), as a provider asks for structured output (:mod:`taskdecomp.models.out
 - ``out:json``: a grammar for any JSON value, the schema stated in the system prompt;
 - ``out:prompt``: no grammar, the schema in the system prompt, the answer's first JSON value.
 
-``--min-plan-steps N`` (default 3, the seed's) sets the fewest steps a plan may have, through
-``Budget.min_plan_steps`` where the budget has that field (else only 3 is accepted).
+``--min-plan-steps N`` (default 3, the seed's) sets the fewest steps a plan may have
+(``Budget.min_plan_steps``).
 
 Toolsets (``--toolset``, default ``all``, one table each):
 
@@ -72,9 +72,8 @@ import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from taskdecomp import Budget, ModelCalled, Plan, ScriptedModel, Toolset, load_toolset, run
 from taskdecomp.budget import MIN_PLAN_STEPS
@@ -128,20 +127,8 @@ def rows(constraints: str, output_modes: str) -> list[Row]:
 
 
 def plan_budget(seconds: float, min_plan_steps: int) -> Budget:
-    """A budget of ``seconds`` whose plans have at least ``min_plan_steps`` steps.
-
-    Raises:
-        SystemExit: the budget has no ``min_plan_steps`` field yet and the value is not 3.
-    """
-    limits: dict[str, Any] = {"max_seconds": seconds}
-    if "min_plan_steps" in {f.name for f in fields(Budget)}:
-        limits["min_plan_steps"] = min_plan_steps
-    elif min_plan_steps != MIN_PLAN_STEPS:
-        raise SystemExit(
-            f"--min-plan-steps {min_plan_steps} needs a Budget with min_plan_steps; "
-            f"this version plans at least {MIN_PLAN_STEPS} steps: leave the flag out"
-        )
-    return Budget(**limits)
+    """A budget of ``seconds`` whose plans have at least ``min_plan_steps`` steps."""
+    return Budget(max_seconds=seconds, min_plan_steps=min_plan_steps)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -98,8 +98,10 @@ def phases(scripted: ScriptedModel) -> list[str]:
 
 
 def payload(request: ModelRequest) -> dict[str, Any]:
-    """The JSON user message of a request."""
-    parsed: dict[str, Any] = json.loads(request.messages[-1]["content"])
+    """The JSON user message of a request (a repair's is before the refused answer)."""
+    asked = [m["content"] for m in request.messages if m["role"] == "user"]
+    last = asked[-2] if asked[-1].startswith("Your answer was refused") else asked[-1]
+    parsed: dict[str, Any] = json.loads(last)
     return parsed
 
 
