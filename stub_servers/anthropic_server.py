@@ -21,12 +21,11 @@ code fence when the schema is only stated in the system prompt, else text.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
 
+from stub_servers import base
 from stub_servers.responder import Asked, Responder, fenced, stated_schema
 
 KEY = "sk-ant-test-0123456789abcdef"
@@ -125,15 +124,9 @@ def _block_events(index: int, block: dict[str, Any], piece: int) -> Iterator[tup
 
 
 @dataclass
-class Reply:
+class Reply(base.Reply):
     """One canned reply: a status and JSON body (or raw bytes), or a stall."""
 
-    status: int = 200
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-    stall: bool = False
-    raw: bytes | None = None
-    content_type: str = "application/json"
     stream_usage: bool = True
     """Whether a streamed reply says its usage."""
     stream_error: str | None = None
@@ -152,42 +145,33 @@ def fail(status: int, text: str, **headers: str) -> Reply:
     return Reply(status=status, body=error_body(status, text), headers=named)
 
 
-class AnthropicServer:
+class AnthropicServer(base.StubServer[Reply, Any]):
     """Answers ``POST /v1/messages`` from a queue of :class:`Reply` objects.
 
-    When the queue is empty it answers ``fallback``; every request body and its headers
-    are recorded in ``requests`` and ``headers``.
+    When the queue is empty it answers ``fallback``; every request body (``None`` when it is
+    not JSON) and its headers are recorded in ``requests`` and ``headers``.
     """
 
     def __init__(self, *, keep_alive: bool = False) -> None:
-        self.keep_alive = keep_alive
-        """Keep connections open between requests (HTTP/1.1), as the real API does."""
-        self.ports: list[int] = []
-        """The client's port of each request: one per connection."""
         self.key = KEY
-        self.replies: list[Reply] = []
-        self.fallback: Reply | None = None
-        self.responder: Responder | None = None
-        self.requests: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-        self.released = threading.Event()
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        super().__init__(keep_alive=keep_alive)
 
-    @property
-    def url(self) -> str:
-        """The base URL a client is given (the SDK adds ``/v1/messages``)."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+    def modes(self) -> list[str]:
+        """The output mode of each request that asked for structured output, in order."""
+        return [mode for mode in map(_mode, self.requests) if mode is not None]
 
-    def queue(self, *replies: Reply) -> None:
-        """Add ``replies`` to the end of the queue."""
-        self.replies.extend(replies)
+    def _body(self, data: bytes) -> Any:
+        try:
+            return super()._body(data)
+        except ValueError:
+            return None
 
-    def _refusal(self, path: str, body: Any, headers: dict[str, str]) -> Reply | None:
+    def _seen(self, call: base.Call) -> Any:
+        return call.body
+
+    def _refusal(self, call: base.Call, seen: Any) -> Reply | None:
         """What the API answers a request that is not well formed, before any reply."""
+        path, body, headers = call.path, call.body, call.headers
         if path != "/v1/messages":
             return fail(404, f"no route {path}")
         bearer = headers.get("authorization", "").removeprefix("Bearer ")
@@ -206,81 +190,21 @@ class AnthropicServer:
             return fail(400, f"tool_choice: no tool named {choice.get('name')!r}")
         return None
 
-    def _next(self, path: str, body: Any, headers: dict[str, str]) -> Reply:
-        with self._lock:
-            self.requests.append(body)
-            self.headers.append(headers)
-            refusal = self._refusal(path, body, headers)
-            if refusal is not None:
-                return refusal
-            if self.replies:
-                return self.replies.pop(0)
-        if self.responder is not None:
-            return Reply(body=responded(self.responder, body))
-        if self.fallback is not None:
-            return self.fallback
-        return fail(500, "no canned reply left")
+    def _respond(self, responder: Responder, seen: Any) -> Reply:
+        return Reply(body=responded(responder, seen))
 
-    def modes(self) -> list[str]:
-        """The output mode of each request that asked for structured output, in order."""
-        return [mode for mode in map(_mode, self.requests) if mode is not None]
+    def _fail(self, status: int, text: str) -> Reply:
+        return fail(status, text)
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1" if fake.keep_alive else "HTTP/1.0"
-            disable_nagle_algorithm = True  # headers and body leave at once
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                except ValueError:
-                    body = None
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                fake.ports.append(self.client_address[1])
-                reply = fake._next(self.path, body, headers)
-                if reply.stall:  # far past any test's timeout: a client must give up first
-                    fake.released.wait(600)
-                    return
-                data, content_type = self._payload(reply, body)
-                self.send_response(reply.status)
-                self.send_header("content-type", content_type)
-                self.send_header("content-length", str(len(data)))
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _payload(self, reply: Reply, body: Any) -> tuple[bytes, str]:
-                if reply.raw is not None:
-                    return reply.raw, reply.content_type
-                streamed = isinstance(body, dict) and body.get("stream")
-                if not (streamed and reply.status == 200):
-                    return json.dumps(reply.body).encode(), reply.content_type
-                events = sse(reply.body, usage=reply.stream_usage)
-                if reply.stream_error is not None:
-                    head, _, _ = events.partition(b"event: ping")
-                    error = {"type": "error", "error": {"type": reply.stream_error, "message": "x"}}
-                    events = head + f"event: error\ndata: {json.dumps(error)}\n\n".encode()
-                return events, "text/event-stream"
-
-        return Handler
-
-    def start(self) -> None:
-        """Serve in a daemon thread."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Let stalled requests go, stop serving and free the port."""
-        self.released.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+    def _events(self, call: base.Call, reply: Reply) -> list[bytes] | None:
+        if not (isinstance(call.body, dict) and call.body.get("stream")):
+            return None
+        events = sse(reply.body, usage=reply.stream_usage)
+        if reply.stream_error is not None:
+            head, _, _ = events.partition(b"event: ping")
+            error = {"type": "error", "error": {"type": reply.stream_error, "message": "x"}}
+            events = head + f"event: error\ndata: {json.dumps(error)}\n\n".encode()
+        return [events]
 
 
 def _text(content: Any) -> str:
@@ -325,9 +249,5 @@ def _wrapped(schema: dict[str, Any]) -> bool:
 
 def serve() -> Iterator[AnthropicServer]:
     """A started server for one test, stopped after it (for ``yield from`` in a fixture)."""
-    server = AnthropicServer()
-    server.start()
-    try:
+    with AnthropicServer() as server:
         yield server
-    finally:
-        server.stop()

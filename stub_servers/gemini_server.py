@@ -21,14 +21,12 @@ JSON in a code fence when the schema is only stated in the system instruction, e
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from stub_servers.base import Call, StubServer
+from stub_servers.base import Reply as Reply
 from stub_servers.responder import Asked, Responder, fenced, stated_schema
 
 KEY = "gm-test-key-0123456789abcdef"
@@ -88,16 +86,6 @@ def error_body(
     return {"error": error}
 
 
-@dataclass
-class Reply:
-    """One canned reply: a status and JSON body, or a stall that never answers."""
-
-    status: int = 200
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-    stall: bool = False
-
-
 def failure(status: int, message: str, **headers: str) -> Reply:
     """An error reply; ``retry_after="2"`` becomes a ``Retry-After`` header."""
     names = {k.replace("_", "-"): v for k, v in headers.items()}
@@ -146,55 +134,33 @@ class Seen:
         return "".join(part.get("text", "") for part in parts)
 
 
-class GeminiServer:
+class GeminiServer(StubServer[Reply, Seen]):
     """A Gemini API server that replays :class:`Reply` objects in order."""
 
+    poll = 0.05
+
     def __init__(self) -> None:
-        self.replies: list[Reply] = []
-        self.fallback: Reply | None = None
-        self.responder: Responder | None = None
-        self.requests: list[Seen] = []
         self.json_mode = True
         """Whether ``responseMimeType: application/json`` is taken."""
         self.function_calling = True
         """Whether ``tools`` are taken."""
-        self.released = threading.Event()
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        """The base URL a client is given."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def queue(self, *replies: Reply) -> None:
-        """Add ``replies`` to the end of the queue."""
-        self.replies.extend(replies)
-
-    def _next(self, seen: Seen) -> Reply:
-        with self._lock:
-            self.requests.append(seen)
-            refused = self._refusal(seen)
-            if refused is not None:
-                return refused
-            if self.replies:
-                return self.replies.pop(0)
-        if self.responder is not None:
-            return Reply(body=responded(self.responder, seen))
-        if self.fallback is not None:
-            return self.fallback
-        return failure(500, "no canned reply left")
+        super().__init__(keep_alive=True)  # as the API does
 
     def modes(self) -> list[str]:
         """The output mode of each request that asked for structured output, in order."""
         return [mode for mode in map(_mode, self.requests) if mode is not None]
 
-    def _refusal(self, seen: Seen) -> Reply | None:
+    def _next(self, call: Call) -> Reply:
+        path = urlsplit(call.path).path
+        if not path.startswith("/v1beta/models/"):  # answered, not recorded
+            return failure(404, f"no such method: {path}")
+        return super()._next(call)
+
+    def _seen(self, call: Call) -> Seen:
+        url = urlsplit(call.path)
+        return Seen(url.path, parse_qs(url.query), call.body, call.headers, call.port)
+
+    def _refusal(self, call: Call, seen: Seen) -> Reply | None:
         """What the API answers a request this server cannot take, before any reply."""
         key = seen.headers.get("x-goog-api-key")
         if key is None:
@@ -215,61 +181,15 @@ class GeminiServer:
             return failure(400, f"Function calling is not enabled for models/{model}")
         return None
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
+    def _respond(self, responder: Responder, seen: Seen) -> Reply:
+        return Reply(body=responded(responder, seen))
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keeps connections open, as the API does
-            disable_nagle_algorithm = True  # headers and body leave at once
+    def _fail(self, status: int, text: str) -> Reply:
+        return failure(status, text)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                url = urlsplit(self.path)
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                if not url.path.startswith("/v1beta/models/"):
-                    self._send(failure(404, f"no such method: {url.path}"), False)
-                    return
-                seen = Seen(
-                    path=url.path,
-                    query=parse_qs(url.query),
-                    body=body,
-                    headers=headers,
-                    port=self.client_address[1],
-                )
-                reply = server._next(seen)
-                if reply.stall:  # far past any test's timeout: a client must give up first
-                    server.released.wait(600)
-                    return
-                self._send(reply, url.path.endswith(":streamGenerateContent"))
-
-            def _send(self, reply: Reply, stream: bool) -> None:
-                data, content_type = json.dumps(reply.body).encode(), "application/json"
-                if stream and reply.status == 200:
-                    data, content_type = event_stream(reply.body), "text/event-stream"
-                self.send_response(reply.status)
-                self.send_header("content-type", content_type)
-                self.send_header("content-length", str(len(data)))
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-        return Handler
-
-    def start(self) -> None:
-        """Serve in a daemon thread."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Let stalled requests go, stop serving and free the port."""
-        self.released.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+    def _events(self, call: Call, reply: Reply) -> list[bytes] | None:
+        streamed = urlsplit(call.path).path.endswith(":streamGenerateContent")
+        return [event_stream(reply.body)] if streamed else None
 
 
 def _mode(seen: Seen) -> str | None:
@@ -304,12 +224,6 @@ def responded(responder: Responder, seen: Seen) -> dict[str, Any]:
     return answer(value.text)
 
 
-@contextmanager
-def serving() -> Iterator[GeminiServer]:
-    """A started server, stopped on exit."""
-    server = GeminiServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def serving() -> GeminiServer:
+    """A started server, stopped on exit (a context manager)."""
+    return GeminiServer()

@@ -16,12 +16,10 @@ and ``bench/providers.py`` use it.
 from __future__ import annotations
 
 import json
-import threading
-import time
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from stub_servers.base import Call, StubServer
+from stub_servers.base import Reply as Reply
 from stub_servers.responder import Answer, Asked, Responder, fenced, stated_schema
 from taskdecomp.models import outputs
 
@@ -112,59 +110,21 @@ def error_body(message: str, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": "test_error", "code": code}}
 
 
-@dataclass
-class Reply:
-    """One canned reply: a status and JSON body (or raw bytes), or a stall that never answers."""
-
-    status: int = 200
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-    stall: bool = False
-    raw: bytes | None = None
-    """Sent as it is instead of ``body`` as JSON, with ``content_type``."""
-    content_type: str = "application/json"
-    pause: float = 0.0
-    """Seconds between two events of a streamed answer."""
-    cut_after: int | None = None
-    """Close the connection after this many events of a streamed answer (a dropped link)."""
-
-
-class FakeOpenAI:
+class FakeOpenAI(StubServer[Reply, dict[str, Any]]):
     """An OpenAI-compatible server that replays :class:`Reply` objects in order.
 
     When the queue is empty it keeps answering with ``fallback``; every request body and
-    its headers are recorded in ``requests``.
+    its headers are recorded in ``requests`` and ``headers``. Its :attr:`url` ends in ``/v1``.
     """
 
+    prefix = "/v1"
+
     def __init__(self, *, keep_alive: bool = False) -> None:
-        self.keep_alive = keep_alive
-        """Keep connections open between requests (HTTP/1.1), as the real API does."""
-        self.ports: list[int] = []
-        """The client's port of each request: one per connection."""
-        self.replies: list[Reply] = []
-        self.fallback: Reply | None = None
-        self.responder: Responder | None = None
-        self.requests: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
         self.refuse_response_format = False
         """Answer any request with a ``response_format`` 400, as a server without one."""
         self.refuse_tools = False
         """Answer any request with ``tools`` 400, as a server without tool calling."""
-        self.released = threading.Event()
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        """The base URL a client is given (``/v1`` included)."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def queue(self, *replies: Reply) -> None:
-        """Add ``replies`` to the end of the queue."""
-        self.replies.extend(replies)
+        super().__init__(keep_alive=keep_alive)
 
     def plan_requests(self) -> list[dict[str, Any]]:
         """The requests that asked for an answer matching a schema, in whatever mode."""
@@ -174,72 +134,25 @@ class FakeOpenAI:
         """The output mode each schema request was asked in, in order."""
         return [_mode(request) for request in self.plan_requests()]
 
-    def _next(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
-        with self._lock:
-            self.requests.append(body)
-            self.headers.append(headers)
-            if self.refuse_response_format and "response_format" in body:
-                return Reply(status=400, body=error_body("'response_format' is not supported"))
-            if self.refuse_tools and "tools" in body:
-                return Reply(status=400, body=error_body("this model does not support tools"))
-            if self.replies:
-                return self.replies.pop(0)
-        if self.responder is not None:
-            return Reply(body=responded(self.responder, body))
-        if self.fallback is not None:
-            return self.fallback
-        return Reply(status=500, body=error_body("no canned reply left"))
+    def _seen(self, call: Call) -> dict[str, Any]:
+        body: dict[str, Any] = call.body
+        return body
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
+    def _refusal(self, call: Call, seen: dict[str, Any]) -> Reply | None:
+        if self.refuse_response_format and "response_format" in seen:
+            return self._fail(400, "'response_format' is not supported")
+        if self.refuse_tools and "tools" in seen:
+            return self._fail(400, "this model does not support tools")
+        return None
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1" if fake.keep_alive else "HTTP/1.0"
-            disable_nagle_algorithm = True  # headers and body leave at once
+    def _respond(self, responder: Responder, seen: dict[str, Any]) -> Reply:
+        return Reply(body=responded(responder, seen))
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
+    def _fail(self, status: int, text: str) -> Reply:
+        return Reply(status=status, body=error_body(text))
 
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                fake.ports.append(self.client_address[1])
-                reply = fake._next(body, {k.lower(): v for k, v in self.headers.items()})
-                if reply.stall:  # far past any test's timeout: a client must give up first
-                    fake.released.wait(600)
-                    return
-                data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
-                pieces, content_type = [data], reply.content_type
-                if body.get("stream") and reply.status == 200 and reply.raw is None:
-                    pieces, content_type = event_stream(reply.body), "text/event-stream"
-                self.send_response(reply.status)
-                self.send_header("content-type", content_type)
-                self.send_header("content-length", str(sum(map(len, pieces))))
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                for sent, piece in enumerate(pieces):
-                    if reply.cut_after is not None and sent >= reply.cut_after:
-                        self.wfile.flush()
-                        self.close_connection = True
-                        return
-                    self.wfile.write(piece)
-                    if reply.pause:
-                        self.wfile.flush()
-                        time.sleep(reply.pause)
-
-        return Handler
-
-    def start(self) -> None:
-        """Serve in a daemon thread."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Let stalled requests go, stop serving and free the port."""
-        self.released.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+    def _events(self, call: Call, reply: Reply) -> list[bytes] | None:
+        return event_stream(reply.body) if call.body.get("stream") else None
 
 
 def _asks_schema(request: dict[str, Any]) -> bool:
