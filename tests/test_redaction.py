@@ -396,3 +396,11 @@ def test_a_streamed_text_is_redacted_as_a_whole_however_it_is_cut(
     assert "".join(shown) == redactor.text(text)
     if secret[:12] not in before + after:  # no piece shows the secret's beginning either
         assert all(secret[:12] not in piece for piece in shown)
+
+
+def test_a_streamed_text_is_held_back_only_where_a_secret_could_begin() -> None:
+    stream = StreamRedactor(Redactor.of(["x" * 2500, "sk-short-0123456789"]))
+    assert stream.feed("The total is 42. ") == "The total is 42. "  # nothing held
+    assert stream.feed("Key: sk-sh") == "Key: "  # the start of a secret waits
+    assert stream.feed("ort-0123456789 done") == "[redacted] done"
+    assert stream.flush() == ""

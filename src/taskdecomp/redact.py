@@ -256,15 +256,15 @@ def _shape(kind: type) -> _Shape | tuple[()]:
 class StreamRedactor:
     """Redacts a text that arrives in pieces, a secret split between two pieces included.
 
-    :meth:`feed` returns what is safe to show of the text so far and holds back a tail as
-    long as the longest secret less one character (it could be a secret's beginning);
-    :meth:`flush` returns the rest once the text is complete. Not thread-safe: a caller fed
-    from several threads holds a lock around it.
+    :meth:`feed` returns what is safe to show of the text so far and holds back the end of
+    it that a secret begins with (it may go on in the next piece); :meth:`flush` returns
+    the rest once the text is complete. Not thread-safe: a caller fed from several threads
+    holds a lock around it.
     """
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
-        self._hold = max((len(secret) for secret in redactor.secrets), default=1) - 1
+        self._longest = max((len(secret) for secret in redactor.secrets), default=1)
         self._tail = ""
 
     def feed(self, piece: str) -> str:
@@ -272,9 +272,17 @@ class StreamRedactor:
         if not self._redactor:
             return piece
         text = self._redactor.text(self._tail + piece)
-        cut = max(0, len(text) - self._hold)
+        cut = self._unsure(text)
         self._tail = text[cut:]
         return text[:cut]
+
+    def _unsure(self, text: str) -> int:
+        """Where the end of ``text`` that some secret begins with starts (``len``: none)."""
+        for at in range(max(0, len(text) - self._longest + 1), len(text)):
+            end = text[at:]
+            if any(secret.startswith(end) for secret in self._redactor.secrets):
+                return at
+        return len(text)
 
     def flush(self) -> str:
         """What was held back, redacted: the text is complete."""

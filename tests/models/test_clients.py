@@ -57,6 +57,18 @@ def test_one_client_per_loop_closed_when_the_loop_ends() -> None:
     assert len(made) == 2 and again[0] is made[1] and made[1].closed
 
 
+def test_a_loop_that_ended_is_not_kept() -> None:
+    clients = PerLoop(lambda: Client([]), close)
+
+    async def use() -> None:
+        await clients.get()
+
+    for _ in range(5):
+        asyncio.run(use())
+    gc.collect()
+    assert len(clients._kept) == 0  # neither the ended loops nor their closed clients
+
+
 def test_the_tls_context_is_made_once_and_verifies_servers() -> None:
     context = tls_context()
     assert context is tls_context()

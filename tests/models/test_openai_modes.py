@@ -284,4 +284,4 @@ def test_output_mode_with_a_model_that_connects_nowhere_is_a_usage_error(
     )  # fmt: skip
 
     assert code == 2
-    assert "--output-mode applies to models of a provider that connects to a server" in err
+    assert "--output-mode applies to models of a provider that asks for structured" in err

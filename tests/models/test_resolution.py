@@ -246,3 +246,26 @@ def test_cli_base_url_without_an_openai_model_is_a_usage_error(
     assert "--base-url applies to models of a provider that connects to a server (" in err
     listed = err.partition("server (")[2].partition(")")[0].split(", ")
     assert "openai" in listed, err  # with any installed plugin's provider that connects too
+
+
+def test_cli_base_url_with_two_providers_that_connect_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-never-sent-0123456789")
+    code, _, err = cli(
+        capsys, "run", SEED_GOAL, "--tools", str(SALES_TOOLS), "--model", "anthropic:claude-x",
+        "--executor-model", "openai:local-model", "--base-url", "http://127.0.0.1:9/v1",
+    )  # fmt: skip
+
+    assert code == 2
+    assert "--base-url would send the calls of anthropic, openai, and their keys" in err
+    assert "sk-ant-never-sent" not in err
+
+
+def test_the_output_mode_reaches_the_embedded_model() -> None:
+    from taskdecomp.models import Connection, resolve_model
+
+    model = resolve_model("local", connection=Connection(output_mode="prompt"))
+    assert model.output_mode == "prompt"  # type: ignore[attr-defined]
+    plain = resolve_model("local", connection=Connection(base_url="http://127.0.0.1:9/v1"))
+    assert plain.output_mode == "native"  # type: ignore[attr-defined]

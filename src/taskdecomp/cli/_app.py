@@ -447,22 +447,32 @@ def build_models(
     Model strings are resolved here, before anything is opened or created, so a bad one is
     a usage error with nothing left behind. ``--base-url`` and ``--output-mode`` (else
     ``TASKDECOMP_OUTPUT_MODE``) reach every one of them whose provider connects to a server
-    (``openai``, or a plugin's).
+    (``openai``, or a plugin's); the output mode reaches ``local`` too. ``--base-url`` with
+    models of two providers that connect is refused: one server would get both.
     """
     from taskdecomp.models import PROVIDERS, Connection, connects, resolve_model
+    from taskdecomp.models import takes_output_mode as takes_mode
 
-    specs = [planner, *(roles or {}).values()]
-    given = [
-        flag for flag, value in (("--base-url", base_url), ("--output-mode", output_mode)) if value
-    ]
-    if given and not any(connects(spec.partition(":")[0]) for spec in specs):
-        servers = sorted(  # the built-ins first, then a plugin's
-            (name for name in PROVIDERS.names() if connects(name)),
-            key=lambda name: (name not in PROVIDERS.builtins, name),
-        )
+    providers = {spec.partition(":")[0] for spec in [planner, *(roles or {}).values()]}
+    for flag, value, applies, which in (
+        ("--base-url", base_url, connects, "connects to a server"),
+        ("--output-mode", output_mode, takes_mode, "asks for structured output in modes"),
+    ):
+        if value and not any(applies(provider) for provider in providers):
+            servers = sorted(  # the built-ins first, then a plugin's
+                (name for name in PROVIDERS.names() if applies(name)),
+                key=lambda name: (name not in PROVIDERS.builtins, name),
+            )
+            raise ConfigError(
+                f"{flag} applies to models of a provider that {which} "
+                f"({', '.join(servers)}), not {planner!r}; use --model {servers[0]}:MODEL with it"
+            )
+    reached = sorted(provider for provider in providers if connects(provider))
+    if base_url and len(reached) > 1:  # one server would get every provider's calls and keys
         raise ConfigError(
-            f"{given[0]} applies to models of a provider that connects to a server "
-            f"({', '.join(servers)}), not {planner!r}; use --model {servers[0]}:MODEL with it"
+            f"--base-url would send the calls of {', '.join(reached)}, and their keys, to one "
+            "server; give each provider's server in its own variable instead "
+            "(OPENAI_BASE_URL, ANTHROPIC_BASE_URL, GOOGLE_GEMINI_BASE_URL, ...)"
         )
     connection = Connection(
         base_url=base_url, output_mode=output_mode or load_settings().output_mode

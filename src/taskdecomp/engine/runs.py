@@ -143,6 +143,7 @@ async def run(
     fits = getattr(planner, "default_max_seconds", None)  # the embedded model's is longer
     budget = budget or (Budget(max_seconds=fits) if fits else Budget())
     named = with_combiner(Roles.of(roles), combiner_model)
+    role_models = named.resolved(resolve_model)  # before the context: its redactor knows their keys
     written = Prompts.of(prompts)
     ctx = build_context(
         goal, toolset, planner, allow, budget, e.on_event(on_event),
@@ -150,7 +151,7 @@ async def run(
     )  # fmt: skip
     if e.clock is not None:
         ctx.clock = e.clock
-    ctx.roles, ctx.prompts = named.resolved(resolve_model), written
+    ctx.roles, ctx.prompts = role_models, written
     prices.require_prices((ctx.model, *ctx.roles.values()), budget.max_cost_usd)
     started = ctx.clock()
     if (store := e.store) is not None:

@@ -51,6 +51,7 @@ __all__ = [
     "names_file",
     "register_provider",
     "resolve_model",
+    "takes_output_mode",
 ]
 
 _LAZY = {
@@ -130,6 +131,16 @@ def connects(provider: str) -> bool:
     return bool(getattr(PROVIDERS.get(provider), "connects", False))
 
 
+def takes_output_mode(provider: str) -> bool:
+    """Whether ``--output-mode`` applies to the provider called ``provider``.
+
+    Raises:
+        ModelNotFoundError: no provider has that name.
+    """
+    factory = PROVIDERS.get(provider)
+    return bool(getattr(factory, "output_modes", getattr(factory, "connects", False)))
+
+
 def names_file(spec: str) -> bool:
     """Whether model string ``spec`` names a file on this machine (``scripted:PATH``).
 
@@ -145,8 +156,8 @@ def resolve_model(spec: str | Model, *, connection: Connection | None = None) ->
 
     Args:
         spec: ``provider:rest`` or ``provider``, or a model.
-        connection: where a provider that connects to a server connects; ignored by the
-            others (``scripted``, ``local``).
+        connection: where a provider that connects to a server connects; the others get
+            only its output mode, when they take one (``local``), or nothing.
 
     Raises:
         ModelNotFoundError: the provider is unknown or cannot build the model.
@@ -158,5 +169,8 @@ def resolve_model(spec: str | Model, *, connection: Connection | None = None) ->
     reaches = getattr(factory, "connects", None)
     if reaches is None:
         return cast(ProviderFactory, factory)(rest)
-    given = connection if reaches and connection is not None else Connection()
+    given = connection or Connection()
+    if not reaches:
+        modes = getattr(factory, "output_modes", False)
+        given = Connection(output_mode=given.output_mode if modes else None)
     return cast(Provider, factory)(rest, given)

@@ -70,14 +70,19 @@ class PerLoop(Generic[ClientT]):
         if found is not None and not found[0].closed:
             return found[0].client
         kept = _Kept(client=self._make())
-        keeper = self._keep(kept)
+        keeper = self._keep(kept, weakref.ref(loop))
         self._kept[loop] = (kept, keeper)
         await anext(keeper)  # the loop now knows the generator and closes it when it ends
         return kept.client
 
-    async def _keep(self, kept: _Kept[ClientT]) -> AsyncGenerator[None, None]:
+    async def _keep(
+        self, kept: _Kept[ClientT], loop: weakref.ref[asyncio.AbstractEventLoop]
+    ) -> AsyncGenerator[None, None]:
         try:
             yield
         finally:
             kept.closed = True
+            ended = loop()
+            if ended is not None:  # the generator holds its loop: let both go
+                self._kept.pop(ended, None)
             await self._close(kept.client)

@@ -450,7 +450,8 @@ class LocalModel:
             except RuntimeError as exc:
                 raise ModelError("local", f"{self._name}: llama.cpp failed: {exc}") from exc
         if self._output_mode == "prompt" and request.json_schema is not None:
-            return dataclasses.replace(response, text=extract_json(response.text))
+            text = extract_json(response.text, request.json_schema)
+            return dataclasses.replace(response, text=text)
         return response
 
     def _stated(self, request: ModelRequest) -> ModelRequest:

@@ -261,6 +261,7 @@ def require_prices(models: Iterable[object], max_cost_usd: float | None) -> None
             name = str(getattr(model, "name", model))
             raise ConfigError(
                 f"--max-cost-usd needs every model's price, and {name!r} has none known; "
-                f"set it with --price-in/--price-out (USD per million tokens), a --prices "
-                f"file entry {name!r}, or prices.set_price() in Python"
+                f"set it with a --prices file entry {name!r} (USD per million tokens), "
+                f"--price-in/--price-out (which price every model of the run), or "
+                f"prices.set_price() in Python"
             )

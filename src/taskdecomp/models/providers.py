@@ -15,18 +15,23 @@ from taskdecomp.models.connection import Connection
 F = TypeVar("F", bound=Callable[..., Model])
 
 
-def provider(*, connects: bool, names_files: bool = False) -> Callable[[F], F]:
+def provider(
+    *, connects: bool, names_files: bool = False, output_modes: bool | None = None
+) -> Callable[[F], F]:
     """Mark a function of ``(name, connection)`` as a provider.
 
     Args:
         connects: it reaches a server, so a connection (``--base-url``...) applies to it.
         names_files: what follows ``provider:`` is a path on this machine, so a queued run
             may not name it (a worker registers it under a name instead).
+        output_modes: ``--output-mode`` applies to it (``connection.output_mode``); default:
+            when it connects. A provider that connects nowhere is given only the mode.
     """
 
     def mark(function: F) -> F:
         function.connects = connects  # type: ignore[attr-defined]  # the Provider protocol
         function.names_files = names_files  # type: ignore[attr-defined]
+        function.output_modes = connects if output_modes is None else output_modes  # type: ignore[attr-defined]
         return function
 
     return mark
@@ -50,7 +55,7 @@ def openai(name: str, connection: Connection) -> Model:
     return openai_model(name, connection=connection)
 
 
-@provider(connects=False, names_files=True)
+@provider(connects=False, names_files=True, output_modes=True)
 def local(name: str, connection: Connection) -> Model:
     """``local[:PATH.gguf]``: the embedded model (the ``local`` extra).
 
@@ -59,5 +64,5 @@ def local(name: str, connection: Connection) -> Model:
     from taskdecomp.models.local import LocalModel
     from taskdecomp.models.outputs import OutputMode
 
-    mode: OutputMode = getattr(connection, "output_mode", None) or "native"
+    mode: OutputMode = connection.output_mode or "native"
     return LocalModel(name or None, output_mode=mode)
