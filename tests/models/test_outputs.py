@@ -16,6 +16,7 @@ from taskdecomp.models.outputs import (
     extract_json,
     fallbacks,
     output_mode,
+    refuses,
     schema_instructions,
 )
 
@@ -112,3 +113,23 @@ def test_the_answer_is_taken_over_stray_values_in_the_prose(text: str) -> None:
 
 def test_without_a_value_that_fits_the_schema_the_first_value_is_taken() -> None:
     assert extract_json('Only [1] and {"a": 2} here.', PLAN_SCHEMA) == "[1]"
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "message", "refused"),
+    [
+        ("native", 400, "'response_format' is not supported", True),
+        ("tool", 400, "this model does not support tools", True),
+        ("json", 422, "response_format.type: json_object is not supported", True),
+        ("native", 400, "This model's maximum context length is 8192 tokens", False),
+        ("native", 400, "The response was filtered by the content management policy", False),
+        ("native", 500, "('body', 'response_format', 'type') literal_error", True),
+        ("tool", 500, "('body', 'response_format', 'type') literal_error", False),
+        ("native", 503, "structured output workers busy, retry", False),
+        ("prompt", 400, "'response_format' is not supported", False),
+    ],
+)
+def test_a_refusal_of_a_mode_names_what_the_mode_sent(
+    mode: str, status: int, message: str, refused: bool
+) -> None:
+    assert refuses(output_mode(mode), status, message) is refused

@@ -77,15 +77,16 @@ def fallbacks(first: OutputMode, supported: Sequence[OutputMode] = MODES) -> tup
 def refuses(mode: OutputMode, status: int, message: str) -> bool:
     """Whether a failed call is the server refusing ``mode``, not the request.
 
-    A 400 or 422, or a 5xx (llama-cpp-python's server answers a ``response_format`` it does
-    not know with 500), whose message names what the mode uses. Any other failure, such as
-    a 400 for a prompt over the context length or a content filter, is the request's own:
-    no other mode would fare better.
+    A 400 or 422 whose message names what the mode uses, or a 5xx that names the
+    ``response_format`` the mode sent (llama-cpp-python's server answers one it does not
+    know with 500; any other 5xx is a failing server, retried in the same mode). Any other
+    failure, such as a 400 for a prompt over the context length or a content filter, is the
+    request's own: no other mode would fare better.
     """
-    if status not in _REFUSAL_STATUS and status < 500:
-        return False
     said = re.sub(r"[^a-z]", "", message.lower())
-    return any(word in said for word in REFUSAL_WORDS[mode])
+    if status >= 500:
+        return "responseformat" in said and "responseformat" in REFUSAL_WORDS[mode]
+    return status in _REFUSAL_STATUS and any(word in said for word in REFUSAL_WORDS[mode])
 
 
 class ModeMemory:
