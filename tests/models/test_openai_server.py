@@ -61,7 +61,7 @@ def test_a_full_plan_execute_run_against_the_llama_cpp_server(llama_server: Llam
     assert len(result.trace) >= 1
     assert result.usage.llm_calls >= 1
     assert result.usage.tokens_in > 500  # counted by the server
-    assert result.usage.cost_usd == 0
+    assert result.usage.cost_usd is None  # a model the price table does not know
     # The working mode is remembered for this server, by a new model object too.
     assert model.output_mode == "tool"
     assert served(llama_server).output_mode == "tool"
