@@ -23,7 +23,8 @@ from taskdecomp import (
 from taskdecomp.answertype import answer_type
 from taskdecomp.errors import ConfigError
 from taskdecomp.events import Event
-from taskdecomp.store import open_store
+from taskdecomp.run import RunResult
+from taskdecomp.store import SqlStore, open_store
 from tests.support import plan_of, step
 
 
@@ -152,19 +153,24 @@ def test_replan_restates_its_answer_under_the_type() -> None:
     assert last.phase == "finalize" and '"draft_answer": "six in all"' in last.text()
 
 
+def cut_in_its_combine_call(store: SqlStore) -> RunResult:
+    """A typed run stored and stopped by its deadline while its combine call is slow."""
+    slow = ScriptedModel(responses=[{"total": 6, "note": "late"}], latency_ms=5000)
+    return run_sync(
+        "count",
+        tools=[count],
+        model=ScriptedModel(responses=[PLAN]),
+        combiner_model=slow,
+        store=store,
+        budget=Budget(max_seconds=1),
+        output_type=Report,
+    )
+
+
 def test_a_resumed_run_keeps_its_answer_type(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
-    slow = ScriptedModel(responses=[{"total": 6, "note": "late"}], latency_ms=5000)
     try:
-        first = run_sync(
-            "count",
-            tools=[count],
-            model=ScriptedModel(responses=[PLAN]),
-            combiner_model=slow,
-            store=store,
-            budget=Budget(max_seconds=1),
-            output_type=Report,
-        )
+        first = cut_in_its_combine_call(store)
         assert first.stop_reason == "max_seconds"
         stored = store.load_run(first.run_id)
         assert stored.config["answer_schema"] == Report.model_json_schema()
@@ -184,17 +190,8 @@ def test_a_resumed_run_keeps_its_answer_type(tmp_path: Path) -> None:
 
 def test_a_resume_given_the_model_class_types_the_output(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
-    slow = ScriptedModel(responses=[{"total": 6, "note": "late"}], latency_ms=5000)
     try:
-        first = run_sync(
-            "count",
-            tools=[count],
-            model=ScriptedModel(responses=[PLAN]),
-            combiner_model=slow,
-            store=store,
-            budget=Budget(max_seconds=1),
-            output_type=Report,
-        )
+        first = cut_in_its_combine_call(store)
         again = resume_sync(
             first.run_id,
             store=store,

@@ -145,6 +145,7 @@ async def run(
     named = with_combiner(Roles.of(roles), combiner_model)
     role_models = named.resolved(resolve_model)  # before the context: its redactor knows their keys
     written = Prompts.of(prompts)
+    prices.require_prices((planner, *role_models.values()), budget.max_cost_usd)
     ctx = build_context(
         goal, toolset, planner, allow, budget, e.on_event(on_event),
         run_id or new_run_id(),
@@ -152,7 +153,6 @@ async def run(
     if e.clock is not None:
         ctx.clock = e.clock
     ctx.roles, ctx.prompts = role_models, written
-    prices.require_prices((ctx.model, *ctx.roles.values()), budget.max_cost_usd)
     started = ctx.clock()
     if (store := e.store) is not None:
         new = runconfig.new_run(
