@@ -133,3 +133,30 @@ def test_a_refusal_of_a_mode_names_what_the_mode_sent(
     mode: str, status: int, message: str, refused: bool
 ) -> None:
     assert refuses(output_mode(mode), status, message) is refused
+
+
+def test_in_modes_falls_once_per_mode_and_remembers_only_a_fall() -> None:
+    import asyncio
+
+    from taskdecomp.models.outputs import MEMORY, Refused, in_modes
+
+    asked: list[str] = []
+
+    async def send(mode: str) -> str:
+        asked.append(mode)
+        if mode != "json":
+            raise Refused(ValueError(f"{mode} refused"))
+        return "answer"
+
+    MEMORY.forget()
+    try:
+        assert asyncio.run(in_modes(send, "native", MODES, "server")) == "answer"
+        assert asked == ["native", "tool", "json"]
+        assert MEMORY.first("server", "native") == "json"
+        asked.clear()
+        assert asyncio.run(in_modes(send, "json", MODES, "other")) == "answer"
+        assert MEMORY.first("other", "native") == "native"  # chosen, not fallen to
+        with pytest.raises(ValueError, match="prompt refused"):
+            asyncio.run(in_modes(send, "prompt", MODES, "last"))
+    finally:
+        MEMORY.forget()

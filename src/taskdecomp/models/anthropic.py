@@ -288,7 +288,12 @@ class AnthropicModel:
         request: ModelRequest,
         modes: tuple[OutputMode, ...],
         mode: OutputMode,
-        fell_back: bool = False,
+    ) -> ModelResponse:
+        send = functools.partial(self._send, client, request)
+        return await outputs.in_modes(send, mode, modes, self._server)
+
+    async def _send(
+        self, client: anthropic.AsyncAnthropic, request: ModelRequest, mode: OutputMode
     ) -> ModelResponse:
         import anthropic
 
@@ -307,19 +312,17 @@ class AnthropicModel:
             raise Retry(self._connection_error(exc), None, mode) from None
         except anthropic.APIStatusError as exc:
             failure = self._failure(exc)
-            refused = outputs.refuses(mode, failure.status, failure.detail)
-            following = modes[modes.index(mode) + 1 :]
-            if request.json_schema is not None and refused and following:
-                # the server lacks this mode: the next one, at once
-                return await self._attempt(client, request, modes, following[0], True)
             error = status_error(self._endpoint(), failure, attempts=self._retry.attempts)
+            failed: Exception = error
             if retryable(failure):
-                raise Retry(error, retry_after(exc.response.headers), mode) from None
-            raise error from None
+                failed = Retry(error, retry_after(exc.response.headers), mode)
+            if request.json_schema is not None and outputs.refuses(
+                mode, failure.status, failure.detail
+            ):  # the server lacks this mode: the next one, at once
+                raise outputs.Refused(failed) from None
+            raise failed from None
         except (anthropic.APIResponseValidationError, json.JSONDecodeError):
             raise self._bad_response() from None
-        if fell_back:
-            outputs.MEMORY.remember(self._server, mode)
         return response
 
     def _params(self, request: ModelRequest, mode: OutputMode) -> dict[str, Any]:

@@ -65,8 +65,10 @@ from taskdecomp.models.outputs import (
     ANSWER_TOOL,
     MEMORY,
     OutputMode,
+    Refused,
     extract_json,
     fallbacks,
+    in_modes,
     output_mode,
     refuses,
     schema_instructions,
@@ -369,11 +371,13 @@ class GeminiModel:
         return _Held(client=client.aio, http=http, idle=idle)
 
     async def _attempt(
-        self,
-        client: genai_client.AsyncClient,
-        request: ModelRequest,
-        mode: OutputMode,
-        fell_back: bool = False,
+        self, client: genai_client.AsyncClient, request: ModelRequest, mode: OutputMode
+    ) -> ModelResponse:
+        send = functools.partial(self._send, client, request)
+        return await in_modes(send, mode, fallbacks(mode), self._server)
+
+    async def _send(
+        self, client: genai_client.AsyncClient, request: ModelRequest, mode: OutputMode
     ) -> ModelResponse:
         import httpx
         from google.genai import errors
@@ -392,14 +396,13 @@ class GeminiModel:
             raise Retry(error, None, mode) from None
         except errors.APIError as exc:
             failure = self._failure(exc)
-            if request.json_schema is not None and refuses(mode, failure.status, failure.detail):
-                return await self._attempt(client, request, fallbacks(mode)[1], True)
             error = status_error(self._endpoint(), failure, attempts=self._retry.attempts)
+            failed: Exception = error
             if retryable(failure):
-                raise Retry(error, _retry_delay(exc), mode) from None
-            raise error from None
-        if fell_back:
-            MEMORY.remember(self._server, mode)
+                failed = Retry(error, _retry_delay(exc), mode)
+            if request.json_schema is not None and refuses(mode, failure.status, failure.detail):
+                raise Refused(failed) from None  # the server lacks this mode: the next one
+            raise failed from None
         return response
 
     async def _generate(

@@ -272,11 +272,13 @@ class OpenAIModel:
         )
 
     async def _attempt(
-        self,
-        client: openai.AsyncOpenAI,
-        request: ModelRequest,
-        mode: OutputMode,
-        fell_back: bool = False,
+        self, client: openai.AsyncOpenAI, request: ModelRequest, mode: OutputMode
+    ) -> ModelResponse:
+        send = functools.partial(self._send, client, request)
+        return await outputs.in_modes(send, mode, outputs.fallbacks(mode), self._server)
+
+    async def _send(
+        self, client: openai.AsyncOpenAI, request: ModelRequest, mode: OutputMode
     ) -> ModelResponse:
         import openai
 
@@ -297,16 +299,15 @@ class OpenAIModel:
         except openai.APIConnectionError as exc:
             raise Retry(self._connection_error(exc), None, mode) from None
         except openai.APIStatusError as exc:
+            error = self._status_error(exc)
+            failed: Exception = error
+            if retryable(_failure(exc, self._scrub)):
+                failed = Retry(error, retry_after(exc.response.headers), mode)
             if request.json_schema is not None and outputs.refuses(
                 mode, exc.status_code, exc.response.text
-            ):  # this server does not take the mode: ask in the next one at once
-                return await self._attempt(client, request, outputs.fallbacks(mode)[1], True)
-            error = self._status_error(exc)
-            if retryable(_failure(exc, self._scrub)):
-                raise Retry(error, retry_after(exc.response.headers), mode) from None
-            raise error from None
-        if fell_back:
-            outputs.MEMORY.remember(self._server, mode)
+            ):  # this server does not take the mode: the next one, at once
+                raise outputs.Refused(failed) from None
+            raise failed from None
         return response
 
     async def _streamed(

@@ -22,10 +22,12 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Hashable, Iterator, Mapping, Sequence
-from typing import Any, Literal, get_args
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any, Literal, TypeVar, get_args
 
 from taskdecomp.errors import ConfigError
+
+T = TypeVar("T")
 
 OutputMode = Literal["native", "tool", "json", "prompt"]
 """A way of asking for structured output."""
@@ -87,6 +89,46 @@ def refuses(mode: OutputMode, status: int, message: str) -> bool:
     if status >= 500:
         return "responseformat" in said and "responseformat" in REFUSAL_WORDS[mode]
     return status in _REFUSAL_STATUS and any(word in said for word in REFUSAL_WORDS[mode])
+
+
+class Refused(Exception):
+    """A call's server refused the output mode it was sent in (:func:`refuses` said so).
+
+    Args:
+        ordinary: what the call raises when no mode is left to fall to (the failure's
+            error, or its ``Retry``).
+    """
+
+    def __init__(self, ordinary: Exception) -> None:
+        super().__init__(str(ordinary))
+        self.ordinary = ordinary
+
+
+async def in_modes(
+    send: Callable[[OutputMode], Awaitable[T]],
+    first: OutputMode,
+    modes: Sequence[OutputMode],
+    key: Hashable,
+) -> T:
+    """``send(mode)`` from ``first`` on down ``modes``, at once, while it raises :class:`Refused`.
+
+    Each mode is tried at most once; the mode reached by such a fall is remembered for
+    ``key`` (:data:`MEMORY`). When ``modes`` has none left, the refusal's ``ordinary``
+    failure is raised.
+    """
+    mode, fell = first, False
+    while True:
+        try:
+            answer = await send(mode)
+        except Refused as refused:
+            following = modes[modes.index(mode) + 1 :]
+            if not following:
+                raise refused.ordinary from None
+            mode, fell = following[0], True
+            continue
+        if fell:
+            MEMORY.remember(key, mode)
+        return answer
 
 
 class ModeMemory:
