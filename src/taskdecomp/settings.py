@@ -158,7 +158,7 @@ def load_settings() -> Settings:
     Raises:
         ConfigError: a ``TASKDECOMP_*`` variable does not parse.
     """
-    return _load(Settings, "TASKDECOMP_")
+    return load_env(Settings, "TASKDECOMP_")
 
 
 class OpenAISettings(BaseSettings):
@@ -188,7 +188,7 @@ def load_openai_settings() -> OpenAISettings:
     Raises:
         ConfigError: an ``OPENAI_*`` variable does not parse.
     """
-    return _load(OpenAISettings, "OPENAI_")
+    return load_env(OpenAISettings, "OPENAI_")
 
 
 def choose_model(
@@ -263,7 +263,7 @@ def load_decomp_settings() -> DecompSettings:
     Raises:
         ConfigError: a ``DECOMP_*`` variable does not parse.
     """
-    return _load(DecompSettings, "DECOMP_")
+    return load_env(DecompSettings, "DECOMP_")
 
 
 _S = TypeVar("_S", bound=BaseSettings)
@@ -280,8 +280,12 @@ def reveal(secret: SecretStr | None) -> str | None:
     return redact.declare_value(secret.get_secret_value())
 
 
-def _load(cls: type[_S], prefix: str) -> _S:
-    """Build ``cls`` from the environment, naming the variables that do not parse."""
+def load_env(cls: type[_S], prefix: str) -> _S:
+    """Build settings ``cls`` from the environment and ``.env``, naming what does not parse.
+
+    Raises:
+        ConfigError: a variable (``prefix`` and the field's name) does not parse.
+    """
     try:
         return cls()
     except ValidationError as exc:

@@ -58,7 +58,7 @@ from taskdecomp.models.http_errors import (
 )
 from taskdecomp.models.outputs import OutputMode
 from taskdecomp.models.retry import Retry, RetryPolicy, listened, retry_after, with_retries
-from taskdecomp.settings import _load, reveal
+from taskdecomp.settings import load_env, reveal
 
 if TYPE_CHECKING:
     import anthropic
@@ -134,7 +134,7 @@ def anthropic_model(
     Raises:
         ConfigError: no model is named, a setting does not parse, or no key is set.
     """
-    settings = settings or _load(AnthropicSettings, "ANTHROPIC_")
+    settings = settings or load_env(AnthropicSettings, "ANTHROPIC_")
     connection = connection or Connection()
     model = name or settings.model
     if not model:

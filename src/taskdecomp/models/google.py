@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from taskdecomp.errors import ConfigError, ModelTimeoutError
@@ -74,7 +74,7 @@ from taskdecomp.models.outputs import (
     schema_instructions,
 )
 from taskdecomp.models.retry import Retry, RetryPolicy, listened, retry_after, with_retries
-from taskdecomp.settings import reveal
+from taskdecomp.settings import load_env, reveal
 
 if TYPE_CHECKING:
     import httpx
@@ -123,14 +123,7 @@ def load_google_settings() -> GoogleSettings:
     Raises:
         ConfigError: one does not parse.
     """
-    try:
-        return GoogleSettings()
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-        )
-        raise ConfigError(f"bad environment setting: {problems}") from exc
+    return load_env(GoogleSettings, "")
 
 
 @providers.provider(connects=True)
