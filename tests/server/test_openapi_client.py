@@ -127,7 +127,8 @@ def test_a_generated_client_runs_the_scenario(served: Served, generated: ModuleT
         created = plans.create_plan.sync(
             client=client, body=models.PlanIn(title="Conference", auto_decompose=True)
         )
-        assert isinstance(created, models.PlanCreated) and created.job.state == "running"
+        assert isinstance(created, models.PlanCreated)
+        assert created.job.state in ("running", "done")  # a quick scripted job may be done
 
         def decomposed() -> Any:
             tree = plans.plan_tree.sync(client=client, plan_id=created.id)
