@@ -14,7 +14,6 @@ schema for a pydantic class) and checks a parsed answer against it:
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from taskdecomp.errors import ConfigError
+from taskdecomp.schemacheck import SchemaMismatch, schema_checker
 
 
 class AnswerMismatch(ValueError):
@@ -87,26 +87,13 @@ def _of_model(model: type[BaseModel]) -> AnswerType:
 
 
 def _of_schema(schema: dict[str, Any]) -> AnswerType:
-    try:  # untyped (no stubs in the install): used through a few calls checked by tests
-        jsonschema: Any = importlib.import_module("jsonschema")
-    except ImportError:
-        raise ConfigError(
-            "a JSON-schema answer type is checked with the jsonschema package, which is not "
-            "installed; pip install 'taskdecomp[answers]' (or pass a pydantic model class)"
-        ) from None
-    cls = jsonschema.validators.validator_for(schema)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise ConfigError(f"the answer schema is not a valid JSON schema: {exc.message}") from None
-    validator = cls(schema)
-    best_match = importlib.import_module("jsonschema.exceptions").best_match
+    checker = schema_checker(schema, what="the answer schema", extra="answers")
 
     def check(value: Any) -> Any:
-        error = best_match(validator.iter_errors(value))
-        if error is not None:
-            where = "/".join(str(part) for part in error.absolute_path)
-            raise AnswerMismatch(f"at {where or 'the top'!r}: {error.message}")
+        try:
+            checker(value)
+        except SchemaMismatch as exc:
+            raise AnswerMismatch(str(exc)) from None
         return value
 
     return AnswerType(schema=schema, check=check)

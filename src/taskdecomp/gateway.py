@@ -28,13 +28,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
 from taskdecomp import isolation, jsonsafe, stops
 from taskdecomp.budget import Meter
 from taskdecomp.stops import StopRun, with_detail
-from taskdecomp.tools import IDEMPOTENCY_PARAM, Retry, Toolset, ToolSpec
+from taskdecomp.tools import IDEMPOTENCY_PARAM, BadToolArgs, Retry, Toolset, ToolSpec
 
 logger = logging.getLogger(__name__)
 
@@ -126,11 +125,9 @@ class ToolGateway:
         """
         spec = self._admit(name, args, digest or args_hash(args))
         try:
-            kwargs = spec.args_model.model_validate(dict(args)).model_dump()
-        except ValidationError as exc:
-            raise StopRun(
-                with_detail("tool_bad_args", name), message=_validation_message(exc)
-            ) from exc
+            kwargs = spec.check_args(args)
+        except BadToolArgs as exc:
+            raise StopRun(with_detail("tool_bad_args", name), message=str(exc)) from exc
         if spec.takes_idempotency_key:
             kwargs[IDEMPOTENCY_PARAM] = idempotency_key
         result = await self._attempts(spec, kwargs, on_retry)
@@ -247,11 +244,3 @@ def retry_delay(spec: ToolSpec, stop: StopRun, attempt: int) -> float | None:
         return cause.after
     backoff = min(spec.backoff_s * 2.0 ** (attempt - 1), MAX_BACKOFF_S)
     return backoff * random.uniform(0.5, 1.0)  # jitter: calls that failed together part ways
-
-
-def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in error["loc"]) or "(arguments)"
-        parts.append(f"{where}: {error['msg']}")
-    return "; ".join(parts)

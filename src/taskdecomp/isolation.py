@@ -451,7 +451,7 @@ def _child_call(request: dict[str, Any]) -> Any:
     spec = ToolSpec.from_function(fn, name=request["name"])
     kwargs = dict(request["kwargs"])
     key = kwargs.pop(IDEMPOTENCY_PARAM, None)
-    kwargs = spec.args_model.model_validate(kwargs).model_dump()
+    kwargs = spec.check_args(kwargs)
     if spec.takes_idempotency_key:
         kwargs[IDEMPOTENCY_PARAM] = key
     result = asyncio.run(fn(**kwargs)) if spec.is_async else fn(**kwargs)

@@ -17,13 +17,14 @@ import math
 import sys
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_type_hints, overload
 
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from taskdecomp.errors import ToolsetError
+from taskdecomp.errors import ConfigError, ToolsetError
+from taskdecomp.schemacheck import Checker, SchemaMismatch, schema_checker
 
 SideEffects = Literal["read_only", "idempotent", "unsafe"]
 """How a tool may be repeated: freely, with the same idempotency key, or at most once."""
@@ -180,10 +181,14 @@ class ToolSpec:
     description: str
     timeout: float | None
     side_effects: SideEffects
-    args_model: type[BaseModel]
-    """Validates arguments; built from the type hints."""
+    args_model: type[BaseModel] | None = None
+    """Validates a function's arguments; built from its type hints."""
+    input_schema: Mapping[str, Any] | None = None
+    """The argument schema a tool brings itself (an MCP server's ``inputSchema``, an OpenAI
+    function definition's ``parameters``), checked with ``jsonschema``; ``None`` for a
+    function, whose :attr:`args_model` checks them."""
     is_async: bool
-    takes_idempotency_key: bool
+    takes_idempotency_key: bool = False
     needs_approval: bool = False
     """Whether a human must approve each call before it is made."""
     isolation: Isolation = "none"
@@ -192,16 +197,31 @@ class ToolSpec:
     """How many times a call that raised :class:`Retry` or timed out is tried again."""
     backoff_s: float = DEFAULT_BACKOFF_S
     """Seconds before the first retry; doubled for each next one, with jitter."""
+    _checker: Checker | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        """Refuse retries for an ``unsafe`` tool, however the spec was built.
+        """Refuse retries for an ``unsafe`` tool and a tool without one argument schema.
 
         Raises:
-            ToolsetError: an ``unsafe`` tool with retries.
+            ToolsetError: an ``unsafe`` tool with retries; neither or both of ``args_model``
+                and ``input_schema``; an ``input_schema`` that is not a valid JSON schema
+                (or ``jsonschema`` is not installed).
         """
         problem = retry_problem(self.name, self.side_effects, self.retries)
         if problem is not None:
             raise ToolsetError(problem)
+        if (self.args_model is None) == (self.input_schema is None):
+            raise ToolsetError(
+                f"tool {self.name!r} needs exactly one of args_model and input_schema"
+            )
+        if self.input_schema is not None and self._checker is None:
+            try:
+                checker = schema_checker(
+                    self.input_schema, what=f"tool {self.name!r}'s argument schema", extra="tools"
+                )
+            except ConfigError as exc:
+                raise ToolsetError(str(exc)) from None
+            object.__setattr__(self, "_checker", checker)
 
     @classmethod
     def from_function(
@@ -240,13 +260,45 @@ class ToolSpec:
             backoff_s=options.backoff_s,
         )
 
+    def check_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments a call passes to :attr:`fn`, once they match the schema.
+
+        Raises:
+            BadToolArgs: they do not; the message says which argument and why.
+        """
+        if self.args_model is None:
+            assert self._checker is not None  # made in __post_init__
+            try:
+                self._checker(dict(args))
+            except SchemaMismatch as exc:
+                raise BadToolArgs(str(exc)) from None
+            return dict(args)
+        try:
+            return self.args_model.model_validate(dict(args)).model_dump()
+        except ValidationError as exc:
+            raise BadToolArgs(_validation_message(exc)) from None
+
     def args_schema(self) -> dict[str, Any]:
         """JSON schema of the arguments, as the planner sees it (a copy of its own)."""
+        if self.args_model is None:
+            return json.loads(json.dumps(self.input_schema))  # type: ignore[no-any-return]
         return json.loads(_schema_text(self.args_model))  # type: ignore[no-any-return]
 
     def catalog_entry(self) -> dict[str, Any]:
         """Name, description and argument schema for the planner's tool catalog."""
         return {"name": self.name, "description": self.description, "args": self.args_schema()}
+
+
+class BadToolArgs(ValueError):
+    """A call's arguments do not match its tool's schema (``tool_bad_args:<name>``)."""
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in error["loc"]) or "(arguments)"
+        parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)
 
 
 def retry_problem(name: str, side_effects: SideEffects, retries: int) -> str | None:
@@ -350,15 +402,18 @@ class Toolset(Mapping[str, ToolSpec]):
         source: str | None = None,
         skipped: Mapping[str, str] | None = None,
     ) -> Toolset:
-        """A toolset of these functions (or specs), named after the functions.
+        """A toolset of these tools, each named after its function or its own name.
 
+        An item is a function, a :class:`ToolSpec`, a :class:`Toolset` or an object with a
+        ``__taskdecomp_toolset__()`` method returning one (every tool of it), or a tool of
+        another framework that :func:`taskdecomp.toolsets.frameworks.adapt` knows.
         ``isolation`` applies to the functions whose :func:`tool` options do not set one.
+
+        Raises:
+            ToolsetError: an item is none of these, or cannot be described.
         """
         return cls(
-            (
-                f if isinstance(f, ToolSpec) else ToolSpec.from_function(f, isolation=isolation)
-                for f in functions
-            ),
+            (spec for item in functions for spec in _specs_of(item, isolation)),
             source=source,
             skipped=skipped,
         )
@@ -376,6 +431,27 @@ class Toolset(Mapping[str, ToolSpec]):
         """Catalog entries of the allowed tools this toolset has, in definition order."""
         allow = set(allowed)
         return [spec.catalog_entry() for name, spec in self._specs.items() if name in allow]
+
+
+def _specs_of(item: Any, isolation: Isolation | None) -> Iterable[ToolSpec]:
+    if isinstance(item, ToolSpec):
+        return (item,)
+    if isinstance(item, Toolset):
+        return item.values()
+    provides = getattr(item, "__taskdecomp_toolset__", None)
+    if provides is not None:
+        return provides().values()  # type: ignore[no-any-return]
+    from taskdecomp.toolsets.frameworks import adapt
+
+    adapted = adapt(item)
+    if adapted is not None:
+        return (adapted,)
+    if not callable(item):
+        raise ToolsetError(
+            f"{item!r} is not a tool: pass functions, ToolSpecs, toolsets, or tools of a "
+            "framework taskdecomp reads (see docs/tools.md)"
+        )
+    return (ToolSpec.from_function(item, isolation=isolation),)
 
 
 def load_toolset(source: str | Path) -> Toolset:
