@@ -29,7 +29,18 @@ from taskdecomp.cli._app import (
 )
 from taskdecomp.errors import ConfigError, TaskdecompError
 
-__all__ = ["app", "approvals", "main", "runs", "scale", "serve", "tools", "trees", "workflows"]
+__all__ = [
+    "app",
+    "approvals",
+    "main",
+    "mcp",
+    "runs",
+    "scale",
+    "serve",
+    "tools",
+    "trees",
+    "workflows",
+]
 
 
 def __getattr__(name: str) -> ModuleType:

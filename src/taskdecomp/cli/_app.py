@@ -84,6 +84,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "trees",
         "Decompose GOAL into a new plan tree, or a stored plan (--plan), or one node (--node).",
     ),
+    "mcp": ("mcp", "Serve MCP tools that run goals as controlled agents (stdio, or --http PORT)."),
     "reject": (
         "approvals",
         "End RUN_ID, which waits for approval, with stop reason approval_rejected.",
