@@ -142,4 +142,3 @@ def http_server(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.communicate()
-

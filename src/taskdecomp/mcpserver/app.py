@@ -98,7 +98,7 @@ def create_server(operations: Operations) -> MCPServer[Any]:
         ] = None,
         options: Annotated[
             dict[str, Any] | None,
-            Field(description="The strategy's options, e.g. {\"max_iterations\": 5} (replan)."),
+            Field(description='The strategy\'s options, e.g. {"max_iterations": 5} (replan).'),
         ] = None,
         answer_schema: Annotated[
             dict[str, Any] | None,
