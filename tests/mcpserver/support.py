@@ -83,10 +83,12 @@ async def stdio_session(*args: str) -> AsyncIterator[ClientSession]:
         command=CHILD[0], args=[*CHILD[1:], "mcp", *args], env=child_env()
     )
     with open(os.devnull, "w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
 
 
 def data(result: CallToolResult) -> dict[str, Any]:

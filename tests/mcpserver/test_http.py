@@ -23,11 +23,14 @@ TOKEN = "s3cret-token-for-the-test"
 async def http_session(
     url: str, headers: dict[str, str] | None = None
 ) -> AsyncIterator[ClientSession]:
-    async with httpx2.AsyncClient(headers=headers or {}, timeout=60) as client:
-        async with streamable_http_client(url, http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
+    """An initialized client session with the server at ``url``, sending ``headers``."""
+    async with (
+        httpx2.AsyncClient(headers=headers or {}, timeout=60) as client,
+        streamable_http_client(url, http_client=client) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 def test_run_goal_over_http_with_progress(tmp_path: Path) -> None:
