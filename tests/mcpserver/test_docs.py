@@ -24,7 +24,7 @@ def test_the_python_client_snippet_runs_the_seed_example(tmp_path: Path) -> None
     shim = bin_dir / "taskdecomp"
     path = os.environ.get("PYTHONPATH", "")
     command = " ".join(f"'{part}'" for part in CHILD)
-    shim.write_text(f'#!/bin/sh\nPYTHONPATH=\'{path}\' exec {command} "$@"\n')
+    shim.write_text(f"#!/bin/sh\nPYTHONPATH='{path}' exec {command} \"$@\"\n")
     shim.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(
