@@ -97,7 +97,7 @@ def mcp_command(
     settings = load_settings()
     token = reveal(settings.api_token)
     if port is not None:
-        from taskdecomp.mcpserver.http import check_bind
+        from taskdecomp.listening import check_bind
 
         check_bind(host, token)
     elif allowed_hosts or host != "127.0.0.1":

@@ -257,7 +257,8 @@ def _config(
     cors_origins: tuple[str, ...],
     db: str | None,
 ) -> Any:
-    from taskdecomp.server.config import ServerConfig, check_bind, parse_toolsets
+    from taskdecomp.listening import check_bind
+    from taskdecomp.server.config import ServerConfig, parse_toolsets
 
     settings, decomp = load_settings(), load_decomp_settings()
     token = reveal(settings.api_token)

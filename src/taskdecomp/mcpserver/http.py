@@ -7,14 +7,12 @@
 - Beyond loopback it needs a token (``TASKDECOMP_API_TOKEN``) that every request sends as
   ``Authorization: Bearer TOKEN``, compared in constant time and never logged.
 
-The service's own guards (:mod:`taskdecomp.server.guard`) live in a package that needs
-FastAPI, which this command does not; the token check here is the same few lines.
+The rules are the service's own (:mod:`taskdecomp.listening`); the service's middleware
+lives in a package that needs FastAPI, which this command does not.
 """
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -22,6 +20,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
 from taskdecomp.errors import ConfigError
+from taskdecomp.listening import bearer_matches, check_bind, is_loopback
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -33,29 +32,6 @@ PATH = "/mcp"
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 WILDCARDS = ("", "0.0.0.0", "::")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is reachable from this machine only."""
-    if host.strip("[]").lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to listen beyond loopback without a token.
-
-    Raises:
-        ConfigError: ``host`` is not a loopback address and no token is set.
-    """
-    if token is None and not is_loopback(host):
-        raise ConfigError(
-            f"refusing to listen on {host!r} without a token: set TASKDECOMP_API_TOKEN "
-            "(clients then send 'Authorization: Bearer TOKEN'), or bind to 127.0.0.1"
-        )
 
 
 def security(
@@ -130,12 +106,4 @@ class BearerToken:
         await send({"type": "http.response.body", "body": body})
 
     def _allowed(self, scope: Scope) -> bool:
-        given = b""
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                given = bytes(value)
-                break
-        scheme, _, credentials = given.partition(b" ")
-        if scheme.lower() != b"bearer":
-            credentials = b""
-        return hmac.compare_digest(credentials.strip(), self._token)
+        return bearer_matches(scope.get("headers", ()), self._token)

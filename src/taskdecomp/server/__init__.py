@@ -15,8 +15,9 @@ The application answers only to loopback Host names (and ``host``) unless the co
 Needs the ``server`` extra (FastAPI, uvicorn): ``pip install 'taskdecomp[server]'``.
 """
 
+from taskdecomp.listening import check_bind, is_loopback
 from taskdecomp.server.app import create_app
-from taskdecomp.server.config import CHAT_ACTIONS, ServerConfig, check_bind, is_loopback
+from taskdecomp.server.config import CHAT_ACTIONS, ServerConfig
 from taskdecomp.server.service import Service, open_service
 
 __all__ = [

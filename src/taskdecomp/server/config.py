@@ -7,7 +7,6 @@ module or call an unlisted model.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -164,29 +163,6 @@ class ServerConfig:
             )
         for name in self.allowed_hosts:
             allowed_host(name)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1) or ``localhost``."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to listen beyond loopback without a token.
-
-    Raises:
-        ConfigError: ``host`` is not a loopback address and no token is set.
-    """
-    if token is None and not is_loopback(host):
-        raise ConfigError(
-            f"refusing to listen on {host!r} without a token: set TASKDECOMP_API_TOKEN "
-            "(clients then send 'Authorization: Bearer TOKEN'), or bind to 127.0.0.1"
-        )
 
 
 def parse_toolsets(pairs: tuple[str, ...]) -> dict[str, str]:

@@ -7,10 +7,10 @@ static files are served without it (they hold no data), every API path needs it.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from taskdecomp.listening import bearer_matches
 from taskdecomp.server.problems import MEDIA_TYPE, body
 
 Scope = MutableMapping[str, Any]
@@ -70,15 +70,7 @@ class BearerToken:
 
     def _allowed(self, scope: Scope) -> bool:
         assert self._token is not None
-        given = b""
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                given = bytes(value)
-                break
-        scheme, _, credentials = given.partition(b" ")
-        if scheme.lower() != b"bearer":
-            credentials = b""
-        return hmac.compare_digest(credentials.strip(), self._token)
+        return bearer_matches(scope.get("headers", ()), self._token)
 
 
 class BodyLimit:
