@@ -414,7 +414,7 @@ def _pydantic_ai(item: Any, options: ToolOptions, name: str | None) -> ToolSpec 
         first = next(iter(inspect.signature(item.function).parameters), "ctx")
         raise ToolsetError(
             f"tool {tool_name!r}: parameter {first!r} is a pydantic-ai RunContext, a context "
-            "taskdecomp does not provide; write the tool without it (Tool(fn, takes_ctx=False))"
+            "taskdecomp does not provide; write its function without it"
         )
     for hook in ("prepare", "args_validator"):
         if getattr(item, hook, None) is not None:
