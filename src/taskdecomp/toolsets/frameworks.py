@@ -430,8 +430,8 @@ def _pydantic_ai(item: Any, options: ToolOptions, name: str | None) -> ToolSpec 
         options,
         input_schema=schema.json_schema,
         _checker=_validator_checker(schema.validator),
-        timeout=item.timeout,
-        needs_approval=item.requires_approval,
+        timeout=getattr(item, "timeout", None),  # newer pydantic-ai versions have these
+        needs_approval=getattr(item, "requires_approval", False),
     )
 
 
