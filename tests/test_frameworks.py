@@ -185,6 +185,7 @@ def test_a_json_schema_tool_is_a_pair_in_either_shape_of_definition() -> None:
         (({"name": "f", "parameters": {"type": "array"}}, print), "JSON schema of an object"),
         (({"name": "f", "parameters": {"type": "object", "required": 3}}, print), "not a valid"),
         (({"type": "function", "function": {"name": "f"}, "x": 1}, print), "only the keys"),
+        (({"name": "f"}, "print"), "tool 'f': 'print' is not callable"),
     ],
 )
 def test_a_malformed_definition_is_one_line_naming_it(item: Any, message: str) -> None:

@@ -46,6 +46,8 @@ from taskdecomp.tools import (
 FOREIGN_SIDE_EFFECTS: SideEffects = "unsafe"
 """The side-effect class of a tool of another framework unless told otherwise."""
 
+_DEFAULTS = ToolOptions(side_effects=FOREIGN_SIDE_EFFECTS)
+
 _DEFINITION_KEYS = frozenset({"name", "description", "parameters", "strict"})
 
 __all__ = ["FOREIGN_SIDE_EFFECTS", "adapt", "framework_tool", "schema_tool"]
@@ -59,7 +61,7 @@ def adapt(item: Any) -> ToolSpec | None:
             with no JSON schema, a context the engine does not provide, or :func:`tool`
             options set on it (give them to :func:`schema_tool` or :func:`framework_tool`).
     """
-    return _read(item, _default_options())
+    return _read(item, _DEFAULTS)
 
 
 def schema_tool(
@@ -177,7 +179,7 @@ def _read(item: Any, options: ToolOptions, *, name: str | None = None) -> ToolSp
 
 def _own_name(item: Any) -> str:
     """The name ``item`` gives itself, for the messages of option checks."""
-    if _is_pair(item) and isinstance(item[0], Mapping):
+    if _is_pair(item):
         body = item[0].get("function", item[0])
         if isinstance(body, Mapping) and isinstance(body.get("name"), str):
             return str(body["name"])
@@ -185,19 +187,10 @@ def _own_name(item: Any) -> str:
 
 
 def _is_pair(item: Any) -> bool:
-    return (
-        isinstance(item, tuple)
-        and len(item) == 2
-        and isinstance(item[0], Mapping)
-        and callable(item[1])
-    )
+    return isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Mapping)
 
 
 # -- options ---------------------------------------------------------------------------------
-
-
-def _default_options() -> ToolOptions:
-    return ToolOptions(side_effects=FOREIGN_SIDE_EFFECTS)
 
 
 def _options(name: str, **given: Any) -> ToolOptions:
@@ -317,7 +310,7 @@ def _schema_spec(
 
 
 def _langchain(item: Any, options: ToolOptions, name: str | None) -> ToolSpec | None:
-    module = sys.modules.get("langchain_core.tools")
+    module = sys.modules.get("langchain_core.tools.base")  # where BaseTool is defined
     if module is None or not isinstance(item, module.BaseTool):
         return None
     tool_name = name or item.name
