@@ -96,6 +96,7 @@ if typing.TYPE_CHECKING:
     from taskdecomp.strategies.tree import TreeOptions
     from taskdecomp.strategies.workflow import WorkflowOptions, run_workflow, run_workflow_sync
     from taskdecomp.tools import Retry, Toolset, ToolSpec, load_toolset, tool
+    from taskdecomp.toolsets.frameworks import framework_tool, schema_tool
     from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTree, PlanTreeId
 
 _MODULES: dict[str, tuple[str, ...]] = {
@@ -156,6 +157,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "taskdecomp.strategies.tree": ("TreeOptions",),
     "taskdecomp.strategies.workflow": ("WorkflowOptions", "run_workflow", "run_workflow_sync"),
     "taskdecomp.tools": ("Retry", "ToolSpec", "Toolset", "load_toolset", "tool"),
+    "taskdecomp.toolsets.frameworks": ("framework_tool", "schema_tool"),
     "taskdecomp.tree": ("NewNode", "NodeId", "PlanNode", "PlanTree", "PlanTreeId"),
 }
 """Where each public name that is imported on first use comes from."""
@@ -236,6 +238,7 @@ __all__ = [
     "approve",
     "approve_sync",
     "args_hash",
+    "framework_tool",
     "is_known",
     "load_toolset",
     "open_store",
@@ -250,6 +253,7 @@ __all__ = [
     "run_sync",
     "run_workflow",
     "run_workflow_sync",
+    "schema_tool",
     "submit",
     "tool",
     "validate_plan_action",

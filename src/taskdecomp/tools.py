@@ -360,10 +360,39 @@ def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
             )
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (hints.get(param.name, Any), default)
-    model: type[BaseModel] = create_model(
-        f"{name}_args", __config__=ConfigDict(extra=extra), **fields
-    )
+    from pydantic import PydanticUserError
+
+    try:
+        model: type[BaseModel] = create_model(
+            f"{name}_args", __config__=ConfigDict(extra=extra), **fields
+        )
+        _schema_text(model)  # a type pydantic validates but cannot describe fails only here
+    except (PydanticUserError, TypeError) as exc:
+        hints = {param: hint for param, (hint, _) in fields.items()}
+        raise ToolsetError(undescribable(name, hints)) from exc
     return model
+
+
+def undescribable(name: str, hints: Mapping[str, Any]) -> str:
+    """Why tool ``name`` has no argument schema: the first of ``hints`` with no JSON schema.
+
+    Args:
+        name: the tool.
+        hints: its parameters' types, by parameter name.
+    """
+    from pydantic import TypeAdapter
+
+    for param, hint in hints.items():
+        try:
+            TypeAdapter(hint).json_schema()
+        except Exception:  # pydantic raises several kinds, all meaning the same here
+            shown = hint.__qualname__ if isinstance(hint, type) else repr(hint)
+            return (
+                f"tool {name!r}: parameter {param!r} has type {shown}, which pydantic cannot "
+                "describe as JSON schema; use JSON types (str, int, float, bool, list, dict, "
+                "a pydantic model or a dataclass of them)"
+            )
+    return f"tool {name!r}: pydantic cannot describe its arguments as JSON schema"
 
 
 class Toolset(Mapping[str, ToolSpec]):

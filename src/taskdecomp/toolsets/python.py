@@ -12,12 +12,14 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import traceback
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from taskdecomp.errors import ToolsetError
-from taskdecomp.tools import ISOLATIONS, TOOLSET_MODULE_PREFIX, Toolset, ToolSpec
+from taskdecomp.tools import ISOLATIONS, TOOLSET_MODULE_PREFIX, Toolset
+from taskdecomp.toolsets.frameworks import adapt
 
 
 def load_python_toolset(source: str | Path) -> Toolset:
@@ -33,10 +35,11 @@ def load_python_toolset(source: str | Path) -> Toolset:
     listed = getattr(module, "TOOLS", None)
     skipped: dict[str, str] = {}
     if listed is not None:
-        if not isinstance(listed, list | tuple) or not all(
-            callable(f) or isinstance(f, ToolSpec) for f in listed
-        ):
-            raise ToolsetError(f"{source}: TOOLS must be a list of functions")
+        if not isinstance(listed, list | tuple):
+            raise ToolsetError(
+                f"{source}: TOOLS must be a list of tools (functions, ToolSpecs, or tools of "
+                f"another framework), got {type(listed).__name__}"
+            )
         functions: list[Any] = list(listed)
     else:
         functions, skipped = _public_functions(module)
@@ -50,7 +53,25 @@ def load_python_toolset(source: str | Path) -> Toolset:
         raise ToolsetError(f"{source}: ISOLATION must be 'none' or 'process', got {isolation!r}")
     path = Path(source)
     name = str(path.resolve()) if path.is_file() else str(source)
-    return Toolset.from_functions(functions, isolation=isolation, source=name, skipped=skipped)
+    parts = [_tools_of(source, index, item, isolation) for index, item in enumerate(functions)]
+    specs = (spec for part in parts for spec in part.values())
+    return Toolset(specs, source=name, skipped=skipped)
+
+
+def _tools_of(source: str | Path, index: int, item: Any, isolation: Any) -> Toolset:
+    """The tools of one item of a toolset; an error names the item, by its place in TOOLS."""
+    try:
+        tools = Toolset.from_functions([item], isolation=isolation)
+    except ToolsetError as exc:
+        where = "" if inspect.isfunction(item) else f"TOOLS[{index}]: "
+        raise ToolsetError(f"{source}: {where}{exc}") from None
+    if isolation == "process" and adapt(item) is not None:
+        raise ToolsetError(
+            f"{source}: TOOLS[{index}]: ISOLATION = 'process' cannot isolate a tool of another "
+            "framework (it is not a function a worker process can import); move it to a "
+            "toolset without ISOLATION"
+        )
+    return tools
 
 
 UNTYPED = "it has no type hints; annotate its parameters (or list it in TOOLS) to make it a tool"
@@ -109,5 +130,23 @@ def import_file(path: Path) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[module_name]
-        raise ToolsetError(f"toolset file {str(path)!r} failed to import: {exc}") from exc
+        raise ToolsetError(
+            f"toolset file {str(path)!r} failed to import: {_first_line(exc)}"
+            f"{_at_line(exc, resolved)}"
+        ) from exc
     return module
+
+
+def _at_line(exc: BaseException, path: Path) -> str:
+    """`` (line N)``: the file's last line in the traceback, if it is there."""
+    line = None
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code.co_filename == str(path):
+            line = lineno
+    return f" (at line {line})" if line is not None else ""
+
+
+def _first_line(exc: BaseException) -> str:
+    """The exception's message up to its first line break (pydantic's run to a page)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
