@@ -26,7 +26,12 @@ ToolsetSource = Callable[[str], "Toolset"]
 SOURCES: Registry[ToolsetSource] = Registry(
     group="taskdecomp.toolsets",
     kind="toolset source",
-    builtins={"python": "taskdecomp.toolsets.python:load_python_toolset"},
+    builtins={
+        "python": "taskdecomp.toolsets.python:load_python_toolset",
+        "mcp": "taskdecomp.toolsets.mcp:load_stdio",
+        "mcp+http": "taskdecomp.toolsets.mcp:load_http",
+        "mcp+https": "taskdecomp.toolsets.mcp:load_https",
+    },
     missing=ToolsetError,
 )
 """Every toolset source, by scheme."""
