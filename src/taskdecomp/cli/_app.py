@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -484,20 +484,22 @@ def build_models(
     return build(planner), {role: build(spec) for role, spec in (roles or {}).items()}
 
 
-def load_tools(source: str) -> Toolset:
-    """Load a toolset and warn, on stderr, about each public function it skipped.
+def load_tools(source: str | Sequence[str]) -> Toolset:
+    """Load a toolset, one of several ``--tools``, and warn on stderr of each function skipped.
 
     Raises:
-        ToolsetError: it cannot be loaded.
+        ToolsetError: one cannot be loaded, or two offer one tool name.
     """
     from taskdecomp.cli.display import console, literal
-    from taskdecomp.tools import load_toolset
+    from taskdecomp.toolsets import load_toolsets
 
-    toolset = load_toolset(source)
+    sources = [source] if isinstance(source, str) else list(source)
+    toolset = load_toolsets(sources)
     err = console(stderr=True)
+    shown = sources[0] if len(sources) == 1 else toolset.source
     for name, why in toolset.skipped.items():
         err.print(
-            literal(f"warning: toolset {source!r}: skipped {name!r}: {why}", "yellow"),
+            literal(f"warning: toolset {shown!r}: skipped {name!r}: {why}", "yellow"),
             soft_wrap=True,
         )
     return toolset

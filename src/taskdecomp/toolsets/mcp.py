@@ -110,7 +110,7 @@ def tool_spec(server: MCPServer, tool: Tool, log_dir: Path) -> ToolSpec:
 
 
 def side_effects_of(annotations: ToolAnnotations | None) -> SideEffects:
-    """``read_only`` for ``readOnlyHint``, ``idempotent`` for ``idempotentHint``, else ``unsafe``."""
+    """``read_only`` for ``readOnlyHint``, ``idempotent`` for ``idempotentHint``, else unsafe."""
     if annotations is not None and annotations.read_only_hint:
         return "read_only"
     if annotations is not None and annotations.idempotent_hint:
@@ -126,7 +126,9 @@ def observation(result: CallToolResult) -> Any:
     """
     if result.structured_content is not None:
         return result.structured_content
-    items = [item.model_dump(mode="json", by_alias=True, exclude_none=True) for item in result.content]
+    items = [
+        item.model_dump(mode="json", by_alias=True, exclude_none=True) for item in result.content
+    ]
     if all(item.get("type") == "text" for item in items):
         return "\n".join(str(item.get("text", "")) for item in items)
     return [_described(item) for item in items]

@@ -22,7 +22,7 @@ import re
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from taskdecomp.errors import ToolsetError
 from taskdecomp.toolsets.mcp_spec import MCPServer
@@ -229,7 +229,7 @@ async def call_tool(
     return await session.until_dead(client.call_tool(name, arguments))
 
 
-def _transport(server: MCPServer, errlog: IO[str]) -> Any:
+def _transport(server: MCPServer, errlog: TextIO) -> Any:
     if server.url is not None:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
@@ -246,7 +246,7 @@ def _transport(server: MCPServer, errlog: IO[str]) -> Any:
 
 
 @contextlib.contextmanager
-def _log_file(log_dir: Path, server: MCPServer) -> Iterator[IO[str]]:
+def _log_file(log_dir: Path, server: MCPServer) -> Iterator[TextIO]:
     """The server's stderr log: appended to ``LOG_DIR/mcp-<command or host>.log``."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", server.label)[:60].strip("-.") or "server"
     path = log_dir / f"mcp-{slug}.log"
