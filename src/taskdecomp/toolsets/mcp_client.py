@@ -20,7 +20,7 @@ import contextlib
 import logging
 import re
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
@@ -231,11 +231,7 @@ async def call_tool(
 
 def _transport(server: MCPServer, errlog: TextIO) -> Any:
     if server.url is not None:
-        import httpx2
-        from mcp.client.streamable_http import streamable_http_client
-
-        http = httpx2.AsyncClient(headers=server.launch_headers(), timeout=CONNECT_SECONDS)
-        return streamable_http_client(server.url, http_client=http)
+        return _over_http(server.url, server.launch_headers())
     from mcp import StdioServerParameters, stdio_client
 
     params = StdioServerParameters(
@@ -243,6 +239,17 @@ def _transport(server: MCPServer, errlog: TextIO) -> Any:
         cwd=server.cwd,
     )  # fmt: skip
     return stdio_client(params, errlog=errlog)
+
+
+@contextlib.asynccontextmanager
+async def _over_http(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """The SDK's streamable HTTP transport, with our headers, closing its HTTP client."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers=headers, timeout=CONNECT_SECONDS) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            yield streams
 
 
 @contextlib.contextmanager
