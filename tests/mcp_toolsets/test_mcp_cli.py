@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clitools import CHILD, cli
 from mcptoys import TOY, Toy
+
+from clitools import CHILD, cli
 from support import plan_of, step
 
 LOCAL_TOOLS = '''
@@ -65,7 +66,7 @@ def test_run_takes_a_python_toolset_and_an_mcp_server_together(
     )  # fmt: skip
     assert code == 0, err
     result = json.loads(out)
-    assert [entry["observation"] for entry in result["history"]][0] == {"doubled": 8}
+    assert result["history"][0]["observation"] == {"doubled": 8}
     assert toy.calls() == ["add", "echo"]
 
 

@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from mcptoys import Toy
-from support import plan_of, step
 
+from support import plan_of, step
 from taskdecomp import Budget, ScriptedModel, Toolset, approve_sync, open_store, run_sync
 from taskdecomp.toolsets import load_toolset
 from taskdecomp.toolsets.mcp_client import HOST
-
 
 ONE_STEP = Budget(min_plan_steps=1)
 """Plans of a single step are enough here."""

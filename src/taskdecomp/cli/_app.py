@@ -103,7 +103,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "show": ("runs", "Print a stored run: its plan, trace and history."),
     "submit": ("scale", "Queue a run of GOAL and print its id at once; a worker executes it."),
-    "tools": ("tools", "List the tools in FILE_OR_MODULE as the planner will see them."),
+    "tools": ("tools", "List the tools of each TOOLSET as the planner will see them."),
     "tree": ("trees", "Show stored plan tree PLAN_ID, or list the stored plans."),
     "worker": ("scale", "Take runs off a queue and execute them, until Ctrl-C or SIGTERM."),
     "workflow": ("workflows", "Workflows: YAML phases with guarded transitions over a task list."),

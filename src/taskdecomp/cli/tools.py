@@ -18,7 +18,7 @@ from taskdecomp.tools import ToolSpec
 @click.option("--json", "as_json", is_flag=True, help="Print the tools as JSON.")
 @DEBUG_OPTION
 def tools_command(sources: tuple[str, ...], as_json: bool) -> int:
-    """List the tools of TOOLSET (several: all of them) as the planner will see them.
+    """List the tools of each TOOLSET as the planner will see them.
 
     A toolset is a .py file or module, an MCP server launched over stdio ('mcp:COMMAND
     ARGS', quoted as one argument) or reached by URL (mcp+http://HOST/PATH). For each tool:

@@ -247,9 +247,11 @@ async def _over_http(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    async with httpx2.AsyncClient(headers=headers, timeout=CONNECT_SECONDS) as http:
-        async with streamable_http_client(url, http_client=http) as streams:
-            yield streams
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=CONNECT_SECONDS) as http,
+        streamable_http_client(url, http_client=http) as streams,
+    ):
+        yield streams
 
 
 @contextlib.contextmanager
