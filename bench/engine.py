@@ -31,6 +31,11 @@
     durability) with no secret variable in the environment and with ``OPENAI_API_KEY`` set,
     interleaved, best of each; the difference is what redacting every event, checkpoint and
     result costs a step (no secret: nothing to do; a secret: a few microseconds).
+(g) MCP toolset: the 50-step chain (zero-latency model) calling ``noop`` of an MCP server
+    over stdio (``bench/mcp_noop.py``, one session for every call and run) against the same
+    tool in Python, best of each; the difference is MCP's cost per call. Beside it, a new
+    session per call (launch, handshake, call, close; what hand-written glue did, 3.5 s a
+    call with a server started through ``uvx``), measured here with the same server.
 """
 
 from __future__ import annotations
@@ -466,6 +471,54 @@ def redaction_rows(repeat: int) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+MCP_NOOP = Path(__file__).resolve().parent / "mcp_noop.py"
+GLUE_BASELINE_S = 3.5
+"""A call through hand-written glue that opened a session per call (a ``uvx fastmcp`` server)."""
+
+
+def mcp_rows(repeat: int) -> list[tuple[str, str, str]]:
+    import sys
+
+    from taskdecomp import MCPServer
+    from taskdecomp.toolsets.mcp_client import HOST
+
+    server = MCPServer(command=sys.executable, args=[str(MCP_NOOP)])
+    over_mcp = Toolset.from_functions([server])  # starts the session once
+    in_python = Toolset.from_functions([noop_async])
+    renamed = Toolset.from_functions([replace(in_python["noop_async"], name="noop")])
+    plan = _plan(50, "noop")
+    python_s = _best(plan, renamed, repeat) / 50
+    mcp_s = _best(plan, over_mcp, repeat) / 50
+    per_session = min(asyncio.run(_session_per_call(server)) for _ in range(max(2, repeat // 2)))
+    HOST.close()
+    return [
+        ("Python tool, per step", f"{python_s * 1e6:.0f} us", ""),
+        ("MCP tool over stdio, one session, per step", f"{mcp_s * 1e6:.0f} us", ""),
+        ("MCP cost per call", f"{(mcp_s - python_s) * 1e6:.0f} us", ""),
+        (
+            "a new session per call (measured here)",
+            f"{per_session * 1e3:.0f} ms",
+            f"{per_session / max(mcp_s - python_s, 1e-9):.0f}x the session's cost",
+        ),
+        (
+            "a new session per call (uvx glue)",
+            f"{GLUE_BASELINE_S * 1e3:.0f} ms",
+            f"{GLUE_BASELINE_S / max(mcp_s - python_s, 1e-9):.0f}x",
+        ),
+    ]
+
+
+async def _session_per_call(server: Any) -> float:
+    from mcp import Client, StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=server.command, args=list(server.args))
+    started = time.perf_counter()
+    with open(os.devnull, "w") as quiet:
+        async with Client(stdio_client(params, errlog=quiet)) as client:
+            await client.call_tool("noop", {"n": 1})
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per figure (best/median)")
@@ -512,6 +565,10 @@ def main() -> None:
     print(f"{'case':<36} {'no secret':>10} {'a secret':>10} {'cost':>10}")
     for case, plain, redacted, cost in redaction_rows(args.repeat):
         print(f"{case:<36} {plain:>10} {redacted:>10} {cost:>10}")
+    print()
+    print(f"(g) MCP toolset: 50-step chain, noop over stdio vs in Python, best of {args.repeat}")
+    for label, figure, note in mcp_rows(args.repeat):
+        print(f"{label:<44} {figure:>10}  {note}")
 
 
 if __name__ == "__main__":

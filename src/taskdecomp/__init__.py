@@ -97,6 +97,7 @@ if typing.TYPE_CHECKING:
     from taskdecomp.strategies.workflow import WorkflowOptions, run_workflow, run_workflow_sync
     from taskdecomp.tools import Retry, Toolset, ToolSpec, load_toolset, tool
     from taskdecomp.toolsets.frameworks import framework_tool, schema_tool
+    from taskdecomp.toolsets.mcp_spec import MCPServer
     from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTree, PlanTreeId
 
 _MODULES: dict[str, tuple[str, ...]] = {
@@ -158,6 +159,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "taskdecomp.strategies.workflow": ("WorkflowOptions", "run_workflow", "run_workflow_sync"),
     "taskdecomp.tools": ("Retry", "ToolSpec", "Toolset", "load_toolset", "tool"),
     "taskdecomp.toolsets.frameworks": ("framework_tool", "schema_tool"),
+    "taskdecomp.toolsets.mcp_spec": ("MCPServer",),
     "taskdecomp.tree": ("NewNode", "NodeId", "PlanNode", "PlanTree", "PlanTreeId"),
 }
 """Where each public name that is imported on first use comes from."""
@@ -180,6 +182,7 @@ __all__ = [
     "EventBus",
     "HistoryEntry",
     "LeaseLostError",
+    "MCPServer",
     "Model",
     "ModelCalled",
     "ModelError",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,7 +104,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "show": ("runs", "Print a stored run: its plan, trace and history."),
     "submit": ("scale", "Queue a run of GOAL and print its id at once; a worker executes it."),
-    "tools": ("tools", "List the tools in FILE_OR_MODULE as the planner will see them."),
+    "tools": ("tools", "List the tools of each TOOLSET as the planner will see them."),
     "tree": ("trees", "Show stored plan tree PLAN_ID, or list the stored plans."),
     "worker": ("scale", "Take runs off a queue and execute them, until Ctrl-C or SIGTERM."),
     "workflow": ("workflows", "Workflows: YAML phases with guarded transitions over a task list."),
@@ -485,20 +485,22 @@ def build_models(
     return build(planner), {role: build(spec) for role, spec in (roles or {}).items()}
 
 
-def load_tools(source: str) -> Toolset:
-    """Load a toolset and warn, on stderr, about each public function it skipped.
+def load_tools(source: str | Sequence[str]) -> Toolset:
+    """Load a toolset, one of several ``--tools``, and warn on stderr of each function skipped.
 
     Raises:
-        ToolsetError: it cannot be loaded.
+        ToolsetError: one cannot be loaded, or two offer one tool name.
     """
     from taskdecomp.cli.display import console, literal
-    from taskdecomp.tools import load_toolset
+    from taskdecomp.toolsets import load_toolsets
 
-    toolset = load_toolset(source)
+    sources = [source] if isinstance(source, str) else list(source)
+    toolset = load_toolsets(sources)
     err = console(stderr=True)
+    shown = sources[0] if len(sources) == 1 else toolset.source
     for name, why in toolset.skipped.items():
         err.print(
-            literal(f"warning: toolset {source!r}: skipped {name!r}: {why}", "yellow"),
+            literal(f"warning: toolset {shown!r}: skipped {name!r}: {why}", "yellow"),
             soft_wrap=True,
         )
     return toolset

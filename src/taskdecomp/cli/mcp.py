@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from taskdecomp.durability import Durability
     from taskdecomp.mcpserver import MCPConfig
     from taskdecomp.models.outputs import OutputMode
-    from taskdecomp.tools import Toolset
 
 
 @app.command("mcp")
@@ -129,6 +128,7 @@ def _config(
     from taskdecomp.mcpserver import MCPConfig
     from taskdecomp.models import Connection
     from taskdecomp.settings import choose_model, load_decomp_settings, load_openai_settings
+    from taskdecomp.tools import Toolset
 
     settings, decomp = load_settings(), load_decomp_settings()
     spec = choose_model(
@@ -139,7 +139,7 @@ def _config(
     if decomp_spec:
         build_models(decomp_spec, None, base_url=base_url, output_mode=output_mode)
     return MCPConfig(
-        toolset=_toolset(toolsets),
+        toolset=load_tools(toolsets) if toolsets else Toolset(),  # decompose needs none
         model=spec,
         decomp_model=decomp_spec,
         connection=Connection(base_url=base_url, output_mode=output_mode or settings.output_mode),
@@ -148,16 +148,6 @@ def _config(
         lease_seconds=settings.lease_seconds,
         durability=durability or settings.durability,
     )
-
-
-def _toolset(sources: tuple[str, ...]) -> Toolset:
-    """The tools of every ``--tools`` source as one toolset (one source keeps its name)."""
-    from taskdecomp.tools import Toolset
-
-    loaded = [load_tools(source) for source in sources]
-    if len(loaded) == 1:
-        return loaded[0]
-    return Toolset(spec for toolset in loaded for spec in toolset.values())
 
 
 def _serve_http(asgi: object, host: str, port: int, store_name: str) -> None:

@@ -77,7 +77,13 @@ def role_model_options(*, default: str, env: bool) -> Callable[[F], F]:
 @app.command("run")
 @click.argument("goal", required=False)
 @GOAL_FILE_OPTION
-@click.option("--tools", required=True, help="Toolset: a .py file or an importable module.")
+@click.option(
+    "--tools",
+    required=True,
+    multiple=True,
+    help="Toolset: a .py file, an importable module, mcp:COMMAND ARGS or mcp+http(s)://URL "
+    "(repeat for several).",
+)
 @click.option(
     "--model",
     "--planner-model",
@@ -159,7 +165,7 @@ def role_model_options(*, default: str, env: bool) -> Callable[[F], F]:
 def run_command(
     goal: str | None,
     goal_file: Path | None,
-    tools: str,
+    tools: tuple[str, ...],
     model: str | None,
     combiner_model: str | None,
     executor_model: str | None,
@@ -452,7 +458,11 @@ def show_command(run_id: str, as_json: bool, db: str | None) -> int:
 
 @app.command("resume")
 @click.argument("run_id")
-@click.option("--tools", help="Toolset (default: the one the run was started with).")
+@click.option(
+    "--tools",
+    multiple=True,
+    help="Toolset, repeated for several (default: the ones the run was started with).",
+)
 @click.option("--model", "--planner-model", help="Planner model (default: the run's).")
 @click.option("--combiner-model", help="Model for the combine call (default: the run's).")
 @role_model_options(default="the run's", env=False)
@@ -472,7 +482,7 @@ def show_command(run_id: str, as_json: bool, db: str | None) -> int:
 @LOCAL_THREADS_OPTION
 def resume_command(
     run_id: str,
-    tools: str | None,
+    tools: tuple[str, ...],
     model: str | None,
     combiner_model: str | None,
     executor_model: str | None,
@@ -527,7 +537,7 @@ def resume_command(
         }
         planner, role_models = _resume_models(stored, model, given, base_url, output_mode)
         source = tools or stored.tools  # none stored: the strategy's own (a workflow's) or an error
-        toolset = load_tools(source) if source is not None else None
+        toolset = load_tools(source) if source else None
         return until_done(
             lambda on_event: resume(
                 run_id,

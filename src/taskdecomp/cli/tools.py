@@ -10,22 +10,26 @@ from rich.text import Text
 
 from taskdecomp.cli._app import DEBUG_OPTION, app, echo_json
 from taskdecomp.cli.display import Column, console, fitted_table, literal
-from taskdecomp.tools import ToolSpec, load_toolset
+from taskdecomp.tools import ToolSpec
 
 
 @app.command("tools")
-@click.argument("source", metavar="FILE_OR_MODULE")
+@click.argument("sources", metavar="TOOLSET...", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the tools as JSON.")
 @DEBUG_OPTION
-def tools_command(source: str, as_json: bool) -> int:
-    """List the tools in FILE_OR_MODULE as the planner will see them.
+def tools_command(sources: tuple[str, ...], as_json: bool) -> int:
+    """List the tools of each TOOLSET as the planner will see them.
 
-    For each tool: its side-effect class, timeout, isolation, whether each call needs
-    approval, how often a failed call is tried again (and the first wait), and the argument
-    schema from its type hints; then the public functions that are not tools, and why.
-    Exit code: 0, or 2 when the toolset does not load.
+    A toolset is a .py file or module, an MCP server launched over stdio ('mcp:COMMAND
+    ARGS', quoted as one argument) or reached by URL (mcp+http://HOST/PATH). For each tool:
+    its side-effect class, timeout, isolation, whether each call needs approval, how often a
+    failed call is tried again (and the first wait), and the argument schema (from its type
+    hints, or the server's); then the public functions that are not tools, and why.
+    Exit code: 0, or 2 when a toolset does not load or two offer one tool name.
     """
-    toolset = load_toolset(source)
+    from taskdecomp.toolsets import load_toolsets
+
+    toolset = load_toolsets(sources)
     if as_json:
         echo_json(
             {
@@ -59,7 +63,8 @@ def tools_command(source: str, as_json: bool) -> int:
         ]
         for spec in toolset.values()
     ]
-    out.print(literal(f"{len(toolset)} tools in {toolset.source}", "bold"), overflow="fold")
+    where = toolset.source if len(sources) == 1 else ", ".join(sources)
+    out.print(literal(f"{len(toolset)} tools in {where}", "bold"), overflow="fold")
     out.print(fitted_table(columns, rows, width=out.width))
     for name, why in toolset.skipped.items():
         out.print(literal(f"skipped {name!r}: {why}", "yellow"))

@@ -104,7 +104,12 @@ def validate_command(source: str, as_json: bool) -> int:
 @click.option("--base-url", help="OpenAI-compatible server for openai: models.")
 @price_options
 @OUTPUT_MODE_OPTION
-@click.option("--tools", help="Your own tools besides the workspace and state tools (.py/module).")
+@click.option(
+    "--tools",
+    multiple=True,
+    help="Your own tools besides the workspace and state tools (.py, module, mcp:...; "
+    "repeat for several).",
+)
 @click.option("--allow", help="Comma-separated tools the agents may call (default: all).")
 @click.option(
     "--max-parallel",
@@ -184,7 +189,7 @@ def run_command(
     model: str | None,
     base_url: str | None,
     output_mode: OutputMode | None,
-    tools: str | None,
+    tools: tuple[str, ...],
     allow: str | None,
     max_parallel: int,
     max_iterations: int,
@@ -233,7 +238,7 @@ def run_command(
 
     prices.require_prices([agents], budget.max_cost_usd)  # before a store is created
     durable.lease_seconds(settings.lease_seconds)
-    toolset = load_tools(tools) if tools is not None else None
+    toolset = load_tools(tools) if tools else None
     with open_run_store(settings, db, create=True, quiet=as_json) as store:
         return until_done(
             lambda on_event: run_workflow(
