@@ -7,7 +7,7 @@ from typing import Any
 from taskdecomp import ScriptedModel, run_sync, tool
 from tests.support import plan_of, step
 from tests.telemetry.conftest import Catching
-from tests.telemetry.spantree import ancestors, drawn, named, one
+from tests.telemetry.spantree import drawn, one
 
 GOAL = "Count the letters of two words and say which is longer"
 
@@ -22,7 +22,11 @@ def tools() -> list[Any]:
 
 
 def test_a_plan_execute_run_is_one_tree_of_model_and_tool_spans(spans: Catching) -> None:
-    plan = plan_of(step(1, "count", {"word": "apple"}), step(2, "count", {"word": "fig"}), step(3, "count", {"word": "kiwi"}))
+    plan = plan_of(
+        step(1, "count", {"word": "apple"}),
+        step(2, "count", {"word": "fig"}),
+        step(3, "count", {"word": "kiwi"}),
+    )
     model = ScriptedModel(responses=[plan, "apple is longer"])
     result = run_sync(GOAL, tools=tools(), model=model)
     assert result.status == "ok"

@@ -156,4 +156,6 @@ class RunSpan:
             current.set_attribute(spans.ERROR_TYPE, result.stop_reason)
             current.set_status(Status(StatusCode.ERROR, result.stop_reason))
         if content.tracing_content() and result.answer is not None:
-            current.set_attribute("taskdecomp.answer", content.text(result.answer, self._ctx.redactor))
+            current.set_attribute(
+                "taskdecomp.answer", content.text(result.answer, self._ctx.redactor)
+            )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 ASKING = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -55,11 +56,11 @@ def configure(environ: Mapping[str, str]) -> bool:
         from opentelemetry import trace
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
         warn("the OpenTelemetry SDK is not installed; pip install 'taskdecomp[otel]'")
         return False
-    exporter: SpanExporter | None = _exporter(environ)
+    exporter = _exporter(environ)
     if exporter is None:
         return False
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
@@ -73,7 +74,7 @@ def configure(environ: Mapping[str, str]) -> bool:
     return True
 
 
-def _exporter(environ: Mapping[str, str]) -> object | None:
+def _exporter(environ: Mapping[str, str]) -> Any:
     """The exporter ``OTEL_TRACES_EXPORTER`` names (default ``otlp``), or ``None``."""
     name = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() or "otlp"
     first = name.split(",")[0].strip()

@@ -117,7 +117,7 @@ def error_type(exc: BaseException) -> str | None:
 
 
 def provider_and_model(name: str) -> tuple[str, str]:
-    """``openai:gpt-4.1-mini`` as ``("openai", "gpt-4.1-mini")``; ``local`` as ``("local", "local")``."""
+    """A model string's provider and model: ``openai:gpt-4.1-mini``, ``local:local``."""
     provider, _, model = name.partition(":")
     return provider, model or provider
 
@@ -207,7 +207,10 @@ def step(ctx: RunContext, step_no: int, task: Step) -> Iterator[Span]:
     attributes = {RUN_ID: ctx.run_id, STEP_ID: task.id, STEP_NO: step_no}
     with span(f"step {task.id}", attributes, redactor=ctx.redactor) as current:
         if content.tracing_content() and current.is_recording():
-            current.set_attribute("taskdecomp.step.instruction", content.text(task.instruction or task.title, ctx.redactor))
+            current.set_attribute(
+                "taskdecomp.step.instruction",
+                content.text(task.instruction or task.title, ctx.redactor),
+            )
         yield current
 
 
@@ -230,8 +233,11 @@ class Node:
 
 @contextmanager
 def node(ctx: RunContext, node_id: int, name: str, *, leaf: bool) -> Iterator[Node]:
-    """The span of node ``node_id`` of a ``tree`` run (``node <id>``): its attempts,
-    its splits and its children run inside it. With content on, its name is recorded."""
+    """The span of node ``node_id`` of a ``tree`` run (``node <id>``).
+
+    Its attempts, its splits and its children run inside it. With content on, its name
+    is recorded.
+    """
     attributes = {RUN_ID: ctx.run_id, "taskdecomp.node.id": node_id, "taskdecomp.node.leaf": leaf}
     with span(f"node {node_id}", attributes, redactor=ctx.redactor) as current:
         if content.tracing_content() and current.is_recording():
@@ -258,8 +264,10 @@ class Decomposition:
 
 @contextmanager
 def decomposition(plan_id: int, mode: str, node_id: int | None) -> Iterator[Decomposition]:
-    """The span of decomposing plan tree ``plan_id`` (``decompose <mode>``): its model
-    calls nest in it. ``node_id`` is the node split, in ``single_node`` mode."""
+    """The span of decomposing plan tree ``plan_id`` (``decompose <mode>``).
+
+    Its model calls nest in it. ``node_id`` is the node split, in ``single_node`` mode.
+    """
     attributes: dict[str, Any] = {"taskdecomp.plan.id": plan_id, "taskdecomp.decompose.mode": mode}
     if node_id is not None:
         attributes["taskdecomp.node.id"] = node_id
