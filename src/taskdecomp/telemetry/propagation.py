@@ -62,3 +62,16 @@ def links(config: Mapping[str, Any]) -> list[Link]:
     """A link to the first trace ``config`` keeps, as a resumed segment's span has it."""
     found = stored_context(config)
     return [Link(found, {"taskdecomp.link": "first_trace"})] if found is not None else []
+
+
+def submitted(run_id: str, strategy: str) -> dict[str, Any]:
+    """A ``submit <strategy>`` span for a run handed to a queue, as ``{"trace": headers}``.
+
+    Merged into the queued run's config: the worker's span of the run is its child, so the
+    run continues the submitter's trace (``{}`` when spans are not recorded).
+    """
+    attributes = {"taskdecomp.run.id": run_id, "taskdecomp.strategy": strategy}
+    with trace.get_tracer("taskdecomp").start_as_current_span(
+        f"submit {strategy}", attributes=attributes
+    ) as current:
+        return carried(current)
