@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -117,8 +118,14 @@ def error_type(exc: BaseException) -> str | None:
 
 
 def provider_and_model(name: str) -> tuple[str, str]:
-    """A model string's provider and model: ``openai:gpt-4.1-mini``, ``local:local``."""
+    """A model string's provider and model: ``openai:gpt-4.1-mini``, ``local:local``.
+
+    A model named by a file (``scripted:/path/plan.json``) is named by the file's name:
+    a path on this machine says nothing to whoever reads the trace.
+    """
     provider, _, model = name.partition(":")
+    if PurePath(model).is_absolute():  # not openrouter:meta-llama/llama-3.1-8b
+        model = PurePath(model).name
     return provider, model or provider
 
 
