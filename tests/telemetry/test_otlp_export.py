@@ -19,10 +19,10 @@ def test_a_cli_run_exports_its_span_tree_over_otlp_http(tmp_path: Path) -> None:
     with receiving() as receiver:
         env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
         env.pop("OTEL_SERVICE_NAME", None)
+        argv = ["run", SEED_GOAL, "--tools", str(SALES_TOOLS), "--model", f"scripted:{script}"]
         done = subprocess.run(
-            [*CHILD, "run", SEED_GOAL, "--tools", str(SALES_TOOLS), "--model", f"scripted:{script}", "--json"],
-            env=env, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+            [*CHILD, *argv, "--json"], env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         run_id = json.loads(done.stdout)["run_id"]
         spans = receiver.wait(lambda got: any(s.name.startswith("invoke_agent") for s in got))
