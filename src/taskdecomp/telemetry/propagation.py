@@ -18,6 +18,8 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from taskdecomp.telemetry import spans
+
 KEY = "trace"
 """Where a run's config keeps its first trace's context."""
 
@@ -71,7 +73,7 @@ def submitted(run_id: str, strategy: str) -> dict[str, Any]:
     run continues the submitter's trace (``{}`` when spans are not recorded).
     """
     attributes = {"taskdecomp.run.id": run_id, "taskdecomp.strategy": strategy}
-    with trace.get_tracer("taskdecomp").start_as_current_span(
+    with spans.tracer().start_as_current_span(
         f"submit {strategy}", attributes=attributes
     ) as current:
         return carried(current)
