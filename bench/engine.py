@@ -36,6 +36,10 @@
     tool in Python, best of each; the difference is MCP's cost per call. Beside it, a new
     session per call (launch, handshake, call, close; what hand-written glue did, 3.5 s a
     call with a server started through ``uvx``), measured here with the same server.
+(h) Tracing: the same 50-step chain (in memory, and stored on SQLite) with OpenTelemetry
+    spans recorded by the SDK (a ``BatchSpanProcessor`` to an exporter that drops them)
+    and without (the API's no-op, as without the ``otel`` extra), interleaved, best of
+    each; target at most 10% more time per step.
 """
 
 from __future__ import annotations
@@ -519,6 +523,69 @@ async def _session_per_call(server: Any) -> float:
     return time.perf_counter() - started
 
 
+TARGET_TRACING_SHARE = 0.10
+
+
+def tracing_rows(repeat: int) -> list[tuple[str, str, str, str, str]]:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    class Switch(trace.TracerProvider):
+        """The SDK's tracers while ``on``, else the API's no-op ones."""
+
+        def __init__(self) -> None:
+            self.on = False
+            self.sdk = TracerProvider()
+            self.sdk.add_span_processor(BatchSpanProcessor(Dropped()))
+
+        def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+            return Switched(self, self.sdk.get_tracer(*args, **kwargs))
+
+    class Switched(trace.Tracer):
+        def __init__(self, switch: Switch, sdk: trace.Tracer) -> None:
+            self.switch, self.sdk, self.off = switch, sdk, trace.NoOpTracer()
+
+        def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
+            return (self.sdk if self.switch.on else self.off).start_span(*args, **kwargs)
+
+        def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+            chosen = self.sdk if self.switch.on else self.off
+            return chosen.start_as_current_span(*args, **kwargs)
+
+    switch = Switch()
+    trace.set_tracer_provider(switch)
+    tools = Toolset.from_functions([noop_async])
+    cases = {"memory, 50-step chain": False, "sqlite async, 50-step chain": True}
+    best = {(case, on): float("inf") for case in cases for on in (False, True)}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(f"sqlite:///{tmp}/tracing.db")
+        for _ in range(repeat * 3):
+            for on in (False, True):
+                switch.on = on
+                for case, stored in cases.items():
+                    timed = _timed_run(_dag_chain(50), tools, store=store if stored else None)
+                    best[case, on] = min(best[case, on], asyncio.run(timed))
+        store.close()
+    switch.on = False
+    switch.sdk.shutdown()
+    rows = []
+    for case in cases:
+        off, on = best[case, False] / 50 * 1e6, best[case, True] / 50 * 1e6
+        share = on / off - 1
+        verdict = "ok" if share <= TARGET_TRACING_SHARE else "OVER"
+        rows.append((case, f"{off:.1f} us", f"{on:.1f} us", f"{share:+.1%}", verdict))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per figure (best/median)")
@@ -569,6 +636,12 @@ def main() -> None:
     print(f"(g) MCP toolset: 50-step chain, noop over stdio vs in Python, best of {args.repeat}")
     for label, figure, note in mcp_rows(args.repeat):
         print(f"{label:<44} {figure:>10}  {note}")
+    print()
+    print(f"(h) tracing, per step, best of {args.repeat * 3} interleaved")
+    target = f"target <=+{TARGET_TRACING_SHARE:.0%}"
+    print(f"{'case':<36} {'off':>10} {'on':>10} {'more':>8}  {target}")
+    for case, off, on, share, verdict in tracing_rows(args.repeat):
+        print(f"{case:<36} {off:>10} {on:>10} {share:>8}  {verdict}")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from taskdecomp.redact import Redactor
 from taskdecomp.roles import Role, role_of
 from taskdecomp.run import HistoryEntry, RunId, TraceEntry
 from taskdecomp.stops import StopRun, with_detail
+from taskdecomp.telemetry import spans
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +172,8 @@ class RunContext:
         started = self.clock()
         progress = _Progress(self, phase, chosen.name)
         try:
-            response = await chosen.complete(replace(request, progress=progress))
+            with spans.model_call(chosen, request, self.redactor) as call:
+                response = call.answered(await chosen.complete(replace(request, progress=progress)))
         except asyncio.CancelledError:  # the deadline or Ctrl-C: say the call ended too
             self._called(phase, ok=False, started=started)
             raise

@@ -35,6 +35,7 @@ from taskdecomp.refs import has_refs, resolve_refs
 from taskdecomp.run import HistoryEntry, TraceEntry
 from taskdecomp.runtime import RunContext
 from taskdecomp.stops import StopRun
+from taskdecomp.telemetry import spans
 
 
 async def execute_plan(
@@ -222,7 +223,8 @@ async def _run_instruction(step_no: int, step: Step, ctx: RunContext) -> None:
         )
     ctx.events.emit(StepStarted(run_id=ctx.run_id, step_no=step_no, step=step))
     started = ctx.clock()
-    result = await ctx.agent(step_no, step)
+    with spans.step(ctx, step_no, step):
+        result = await ctx.agent(step_no, step)
     ctx.step_finished(step_no, step, result, started=started)
 
 
@@ -257,9 +259,12 @@ async def call_tool(
             digest = call.digest = args_hash(args)
         _approve(ctx, step.id, tool, args)
         call.attempt = await _begin(ctx, step_no, step, tool, call.key)
-        observation = await ctx.gateway.call(
-            tool, args, idempotency_key=call.key, digest=digest, on_retry=call.retried
-        )
+        with spans.tool_call(ctx, step_no, step, tool, args, key=call.key) as traced:
+            observation = traced.observed(
+                await ctx.gateway.call(
+                    tool, args, idempotency_key=call.key, digest=digest, on_retry=call.retried
+                )
+            )
         if call.attempt is not None:
             call.attempt.check(tool, observation)
     except StopRun as stop:

@@ -10,6 +10,7 @@ Which model a run uses, when none is named, is decided by :func:`choose_model`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
@@ -69,6 +70,9 @@ class Settings(BaseSettings):
     debug: bool = False
     """Print tracebacks of toolsets that fail to import and tools that raise
     (``TASKDECOMP_DEBUG=1``; the command line's ``--debug``)."""
+    trace_content: bool = False
+    """Put prompts, tool arguments and observations into OpenTelemetry spans, secrets
+    replaced (``TASKDECOMP_TRACE_CONTENT=1``; the command line's ``--trace-content``)."""
     local_threads: int | None = Field(default=None, ge=1)
     """CPU threads of the embedded model (``TASKDECOMP_LOCAL_THREADS``; the command line's
     ``--local-threads``); default: the cores the machine's load leaves free."""
@@ -159,6 +163,14 @@ def load_settings() -> Settings:
         ConfigError: a ``TASKDECOMP_*`` variable does not parse.
     """
     return load_env(Settings, "TASKDECOMP_")
+
+
+def otel_variables() -> dict[str, str]:
+    """The standard ``OTEL_*`` variables of the process, which set up span export.
+
+    See :mod:`taskdecomp.telemetry.setup`; the OpenTelemetry SDK reads them itself too.
+    """
+    return {name: value for name, value in os.environ.items() if name.startswith("OTEL_")}
 
 
 class OpenAISettings(BaseSettings):

@@ -74,6 +74,24 @@ DURABILITY_OPTION = click.option(
 )
 
 
+def _trace_content(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        from taskdecomp.telemetry import trace_content
+
+        trace_content(True)
+
+
+TRACE_CONTENT_OPTION = click.option(
+    "--trace-content",
+    is_flag=True,
+    expose_value=False,
+    callback=_trace_content,
+    help="Put prompts, tool arguments and observations into OpenTelemetry spans (secrets "
+    "replaced); without it spans hold names, ids, counts and outcomes only.  "
+    "[env: TASKDECOMP_TRACE_CONTENT]",
+)
+
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "approve": (
         "approvals",
@@ -205,12 +223,23 @@ def _configure() -> None:
     from taskdecomp import redact
 
     redact.install_log_filter()
+    from taskdecomp.settings import otel_variables
+
+    otel = otel_variables()
+    if otel:  # else OpenTelemetry is not even imported
+        from taskdecomp.telemetry import setup
+
+        setup.configure(otel)
     try:
         settings = load_settings()
     except ConfigError:
         return  # a command that needs the settings reports it when it reads them
     if settings.debug:
         set_debug(True)
+    if settings.trace_content:
+        from taskdecomp.telemetry import trace_content
+
+        trace_content(True)
     from taskdecomp.models import local
 
     threads = settings.local_threads if _local_threads is None else _local_threads
@@ -224,6 +253,9 @@ def reset() -> None:
     global _settings, _local_threads
     _settings = _local_threads = None
     set_debug(False)
+    content = sys.modules.get("taskdecomp.telemetry.content")  # not imported: nothing to undo
+    if content is not None:
+        content.trace_content(False)
 
 
 _debug: logging.Handler | None = None

@@ -24,6 +24,7 @@ from taskdecomp.cli._app import (
     GOAL_FILE_OPTION,
     LOCAL_THREADS_OPTION,
     OUTPUT_MODE_OPTION,
+    TRACE_CONTENT_OPTION,
     app,
     build_models,
     debug_enabled,
@@ -160,6 +161,7 @@ def role_model_options(*, default: str, env: bool) -> Callable[[F], F]:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @DB_OPTION
 @DURABILITY_OPTION
+@TRACE_CONTENT_OPTION
 @DEBUG_OPTION
 @LOCAL_THREADS_OPTION
 def run_command(
@@ -478,6 +480,7 @@ def show_command(run_id: str, as_json: bool, db: str | None) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @DB_OPTION
 @DURABILITY_OPTION
+@TRACE_CONTENT_OPTION
 @DEBUG_OPTION
 @LOCAL_THREADS_OPTION
 def resume_command(

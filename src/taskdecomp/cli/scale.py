@@ -15,6 +15,7 @@ from taskdecomp.cli._app import (
     DURABILITY_OPTION,
     LOCAL_THREADS_OPTION,
     OUTPUT_MODE_OPTION,
+    TRACE_CONTENT_OPTION,
     app,
     echo_json,
     load_settings,
@@ -69,6 +70,7 @@ QUEUE_OPTION = click.option(
 @price_options
 @OUTPUT_MODE_OPTION
 @DURABILITY_OPTION
+@TRACE_CONTENT_OPTION
 @DEBUG_OPTION
 @LOCAL_THREADS_OPTION
 def worker_command(

@@ -15,6 +15,7 @@ from taskdecomp.cli._app import (
     DB_OPTION,
     LOCAL_THREADS_OPTION,
     OUTPUT_MODE_OPTION,
+    TRACE_CONTENT_OPTION,
     app,
     load_settings,
     needs_extra,
@@ -132,6 +133,7 @@ GRACE_SECONDS = 3
     "Retry-After.  [default: 1000]",
 )
 @DB_OPTION
+@TRACE_CONTENT_OPTION
 def serve_command(
     host: str,
     port: int,

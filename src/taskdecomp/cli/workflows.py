@@ -18,6 +18,7 @@ from taskdecomp.cli._app import (
     EXIT_USAGE,
     LOCAL_THREADS_OPTION,
     OUTPUT_MODE_OPTION,
+    TRACE_CONTENT_OPTION,
     app,
     build_models,
     echo_json,
@@ -179,6 +180,7 @@ def validate_command(source: str, as_json: bool) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @DB_OPTION
 @DURABILITY_OPTION
+@TRACE_CONTENT_OPTION
 @DEBUG_OPTION
 @LOCAL_THREADS_OPTION
 def run_command(

@@ -35,6 +35,7 @@ from taskdecomp.strategies.base import (
 from taskdecomp.strategies.registry import Setup, Strategy, options_for
 from taskdecomp.strategies.replan import ReplanOptions
 from taskdecomp.strategies.tree import TreeOptions
+from taskdecomp.telemetry.runspan import RunSpan
 from taskdecomp.tools import Toolset
 
 
@@ -154,6 +155,7 @@ async def run(
         ctx.clock = e.clock
     ctx.roles, ctx.prompts = role_models, written
     started = ctx.clock()
+    traced = RunSpan(ctx, chosen.name)
     if (store := e.store) is not None:
         new = runconfig.new_run(
             ctx.run_id,
@@ -167,6 +169,7 @@ async def run(
             options=chosen.encode(settings),
             answer_schema=typed.schema if typed is not None else None,
         )
+        new = traced.stamped(new)  # a resume links to this run's first trace
         ttl = durable.lease_seconds(e.lease_seconds)
         with store.batch(durable=e.durability == "sync"):  # async: the first barrier syncs it
             lease = store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
@@ -176,7 +179,7 @@ async def run(
         budget=budget, combiner=combiner, stream_plan=stream_plan, store=e.store, answer=typed
     )
     phases = _answering(chosen, setup, chosen.start(setup, settings))
-    async with durable.leased(ctx.journal):
+    async with durable.leased(ctx.journal), traced:
         return await execute(ctx, Outcome(), budget, phases, started=started)
 
 
@@ -441,7 +444,8 @@ async def continue_run(
     journal = attach_journal(
         ctx, store, lease, segment=stored.segments + 1, started=started, durability=e.durability
     )
-    async with durable.leased(journal):
+    traced = RunSpan(ctx, config.strategy, stored=stored.config, segment=stored.segments + 1)
+    async with durable.leased(journal), traced:
         journal.reopened()
         if before is not None:
             before(ctx)

@@ -22,6 +22,7 @@ from taskdecomp.stops import CANCELLED
 from taskdecomp.store.sql import SqlStore
 from taskdecomp.strategies import registry
 from taskdecomp.strategies.replan import ReplanOptions
+from taskdecomp.telemetry import propagation
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ def submit(
         answer_schema=answer_schema,
     )
     config: dict[str, Any] = {**new.config, "queue": {"allow_all": allow is None}}
+    config.update(propagation.submitted(new.run_id, chosen.name))  # the worker's run continues it
     new = type(new)(run_id=new.run_id, goal=goal, model=model, tools=tools, config=config)
     run_id, fresh = store.submit_run(new, queue=queue, idempotency_key=idempotency_key)
     try:

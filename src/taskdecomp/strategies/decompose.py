@@ -45,6 +45,7 @@ from taskdecomp.models import Model, ModelRequest, resolve_model
 from taskdecomp.prompts import render
 from taskdecomp.stops import StopRun, with_detail
 from taskdecomp.store.trees import TreeRepository
+from taskdecomp.telemetry import spans
 from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTree, PlanTreeId
 
 Progress = Callable[[str], None]
@@ -219,6 +220,10 @@ class PlanDecomposer:
         return _blocking("decompose_node", self.decompose_node(plan_id, node_id, options))
 
     async def _decompose(self, job: _Job, start: list[tuple[NodeId, int]]) -> DecompositionResult:
+        with spans.decomposition(job.plan_id, job.mode, job.root) as traced:
+            return traced.ended(await self._levels(job, start))
+
+    async def _levels(self, job: _Job, start: list[tuple[NodeId, int]]) -> DecompositionResult:
         started = self._clock()
         deadline = asyncio.timeout(job.opts.max_seconds)
         try:
@@ -351,7 +356,8 @@ class PlanDecomposer:
     async def _complete(self, job: _Job, request: ModelRequest) -> str:
         job.stats["llm_calls"] += 1
         try:
-            response = await self.model.complete(request)
+            with spans.model_call(self.model, request) as call:
+                response = call.answered(await self.model.complete(request))
         except ModelTimeoutError as exc:
             raise StopRun(stops.LLM_TIMEOUT, llm_phase="decompose", message=str(exc)) from exc
         except ModelError as exc:

@@ -44,6 +44,7 @@ from taskdecomp.strategies.tree.records import Records
 from taskdecomp.strategies.tree.shape import Shape, check
 from taskdecomp.strategies.tree.splits import Splitter
 from taskdecomp.strategies.tree.state import TreeState
+from taskdecomp.telemetry import spans
 from taskdecomp.tree import NewNode, NodeId, PlanNode, PlanTree, PlanTreeId
 
 NODE_FAILURES = frozenset(
@@ -185,7 +186,9 @@ class TreeRun:
     async def _run_node(self, node_id: NodeId) -> bool:
         end = self._end(node_id)
         try:
-            ok = await self._work(node_id)
+            leaf = self.shape.is_leaf(node_id)
+            with spans.node(self.ctx, node_id, self._name(node_id), leaf=leaf) as traced:
+                ok = traced.ended(await self._work(node_id), self.state.record(node_id).reason)
         except StopRun as stop:
             if stop.reason == stops.AWAITING_APPROVAL:
                 self._paused(stop)

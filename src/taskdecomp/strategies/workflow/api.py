@@ -51,6 +51,7 @@ from taskdecomp.strategies.workflow.statetools import state_tools
 from taskdecomp.strategies.workflow.strategy import STRATEGY
 from taskdecomp.strategies.workflow.tasklist import TaskList, TaskListError, parse_tasks
 from taskdecomp.strategies.workflow.workspace import PathRefused, Workspace, write_new
+from taskdecomp.telemetry.runspan import RunSpan
 from taskdecomp.tools import Toolset
 
 DEFAULT_BUDGET = Budget(max_tool_calls=2_000, max_seconds=4 * 3600)
@@ -130,6 +131,7 @@ async def run_workflow(
     if clock is not None:
         ctx.clock = clock
     started = ctx.clock()
+    traced = RunSpan(ctx, STRATEGY.name)
     if store is not None:
         new = runconfig.new_run(
             ctx.run_id,
@@ -141,6 +143,7 @@ async def run_workflow(
             strategy=STRATEGY.name,
             options={"spec": spec, "workspace": str(ws.root), "options": options.to_dict()},
         )
+        new = traced.stamped(new)  # a resume links to this run's first trace
         ttl = durable.lease_seconds(lease_seconds)
         with store.batch(durable=durability == "sync"):  # the run with its starting state
             lease = store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
@@ -154,7 +157,7 @@ async def run_workflow(
                 lease=lease,
             )
         attach_journal(ctx, store, lease, segment=1, started=started, durability=durability)
-    async with durable.leased(ctx.journal):
+    async with durable.leased(ctx.journal), traced:
         return await execute(ctx, Outcome(), budget, _phases(session), started=started)
 
 

@@ -51,6 +51,7 @@ from taskdecomp.strategies.workflow.snapshot import Changes, changes, out_of_sco
 from taskdecomp.strategies.workflow.statetools import CURRENT
 from taskdecomp.strategies.workflow.tasklist import WorkTask
 from taskdecomp.strategies.workflow.workspace import WriteScope
+from taskdecomp.telemetry import spans
 
 TASK_PHASE = "implement_task"
 CHECK_PHASE = "task_spec_check"
@@ -405,7 +406,8 @@ class Runner:
                 prompts=None,
                 system=f"{self._system}\n\n{s.workflow.prompts[phase.name]}",
             )
-            result = await agent(run.no, step)
+            with spans.step(ctx, run.no, step):
+                result = await agent(run.no, step)
         finally:
             LOOP_SCOPE.reset(looped)
             CURRENT.reset(token)
