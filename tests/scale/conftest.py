@@ -197,7 +197,7 @@ class Cluster:
         for _ in range(count):
             index = len(self.workers)
             argv = [
-                *ENTRY, "worker", "--db", self.db, "--queue", self.queue,
+                *ENTRY, "worker", "--db", self.db, "--queue", self.queue, "--processes", "1",
                 "--tools", f"scale={TOOLS}", "--executor-id", f"{self.queue}-w{index}",
                 *(f"--model={name}={spec}" for name, spec in self.models.items()), *extra,
             ]  # fmt: skip

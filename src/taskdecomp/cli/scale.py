@@ -41,7 +41,33 @@ QUEUE_OPTION = click.option(
     type=click.IntRange(min=1),
     default=8,
     show_default=True,
-    help="Runs executed at once by each worker of the queue.",
+    help="Runs each worker process executes at once, whatever other workers say.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    help="Worker processes to start on this machine.  [default: one per core]",
+)
+@click.option(
+    "--global-concurrency",
+    type=click.IntRange(min=1),
+    help="Runs all workers of the queue execute at once (stored with the queue; "
+    "a worker without the option leaves it as it is).",
+)
+@click.option(
+    "--rate-limit",
+    "rate_limits",
+    multiple=True,
+    metavar="PROVIDER=N/min[,N tokens/min]",
+    help="Model calls (and tokens) a minute for a provider's models, across all workers, "
+    "e.g. openai=500/min,200000 tokens/min (repeat for more providers).",
+)
+@click.option(
+    "--poll-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="How often to look at the queue when no submit said there is a run.",
 )
 @QUEUE_OPTION
 @click.option(
@@ -76,6 +102,10 @@ QUEUE_OPTION = click.option(
 def worker_command(
     db: str | None,
     concurrency: int,
+    processes: int | None,
+    global_concurrency: int | None,
+    rate_limits: tuple[str, ...],
+    poll_seconds: float,
     queue: str,
     tools: tuple[str, ...],
     models: tuple[str, ...],
@@ -94,14 +124,56 @@ def worker_command(
     with needs_extra("worker", "scale", "dbos"):
         import dbos  # noqa: F401  # the queue: without it, say so before anything is opened
 
+    from taskdecomp.scale import processes as forks
+    from taskdecomp.scale.ratelimit import parse_limits
+
+    limits = parse_limits(rate_limits)
+    count = processes or forks.default_processes()
+    each = "" if count == 1 else f"{count} processes, "
+    console(stderr=True).print(
+        literal(
+            f"worker on queue {queue!r} ({each}{concurrency} at once"
+            f"{' each' if count > 1 else ''}); Ctrl-C stops it",
+            "dim",
+        )
+    )
+
+    def serve(index: int) -> int:
+        name = executor_id if executor_id is None or count == 1 else f"{executor_id}-p{index}"
+        return _serve_worker(
+            db, queue=queue, concurrency=concurrency, global_concurrency=global_concurrency,
+            limits=limits, poll_seconds=poll_seconds, tools=tools, models=models,
+            max_recoveries=max_recoveries, executor_id=name, base_url=base_url,
+            output_mode=output_mode, durability=durability,
+        )  # fmt: skip
+
+    return serve(0) if count == 1 else forks.supervise(count, serve)
+
+
+def _serve_worker(
+    db: str | None,
+    *,
+    queue: str,
+    concurrency: int,
+    global_concurrency: int | None,
+    limits: Any,
+    poll_seconds: float,
+    tools: tuple[str, ...],
+    models: tuple[str, ...],
+    max_recoveries: int,
+    executor_id: str | None,
+    base_url: str | None,
+    output_mode: OutputMode | None,
+    durability: Durability | None,
+) -> int:
+    """One worker process, until SIGTERM or Ctrl-C."""
     from taskdecomp import durable
+    from taskdecomp.models import Connection
     from taskdecomp.scale.registry import Registry
     from taskdecomp.scale.runs import Execution
     from taskdecomp.scale.worker import Worker
 
     settings = load_settings()
-    from taskdecomp.models import Connection
-
     mode = output_mode or settings.output_mode
     registry = Registry.parse(tools, models, Connection(base_url=base_url, output_mode=mode))
     registry.load()
@@ -113,12 +185,15 @@ def worker_command(
             max_recoveries=max_recoveries,
             lease_seconds=durable.lease_seconds(settings.lease_seconds),
             durability=durability or settings.durability,
+            limits=limits,
         )
         worker = Worker(
             url,
             how,
             queue=queue,
             concurrency=concurrency,
+            global_concurrency=global_concurrency,
+            poll_seconds=poll_seconds,
             executor_id=executor_id,
             log_level=settings.dbos_log_level,
         )
@@ -128,9 +203,6 @@ def worker_command(
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        console(stderr=True).print(
-            literal(f"worker on queue {queue!r} ({concurrency} at once); Ctrl-C stops it", "dim")
-        )
         worker.serve()
     return 0
 

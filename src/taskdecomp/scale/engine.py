@@ -9,8 +9,10 @@ the same application version, so any worker takes any queued run.
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
+import threading
 from typing import Any
 
 from sqlalchemy.engine import make_url
@@ -83,6 +85,33 @@ def client(db: str) -> Any:
         application_name=APP_NAME,
         system_database_pool_size=CLIENT_POOL_SIZE,
     )
+
+
+_shared: dict[str, Any] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_client(db: str) -> Any:
+    """This process's ``DBOSClient`` on ``db``, opened at its first use and kept.
+
+    Opening a client costs more than a submit (its pool's first connection); a process
+    that submits many runs (a script, the benchmark) keeps one per database.
+    """
+    system = system_url(db)
+    with _shared_lock:
+        found = _shared.get(system)
+        if found is None:
+            found = _shared[system] = client(system)
+            if len(_shared) == 1:
+                atexit.register(_close_shared)
+        return found
+
+
+def _close_shared() -> None:
+    with _shared_lock:
+        for opened in _shared.values():
+            opened.destroy()
+        _shared.clear()
 
 
 def enqueue(handle: Any, run_id: str, *, queue: str, delivery: str) -> None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
+from collections.abc import Mapping
 
 from taskdecomp import durable, owners, runconfig, stops
 from taskdecomp.durable import Durability
@@ -22,6 +24,8 @@ from taskdecomp.errors import ConfigError, RunLeasedError, RunNotFoundError, Sto
 from taskdecomp.models import ScriptedModel, prices
 from taskdecomp.run import RunId
 from taskdecomp.runtime import RunContext
+from taskdecomp.scale import cancels
+from taskdecomp.scale.ratelimit import Limit, Window, limited
 from taskdecomp.scale.registry import Registry, Unavailable
 from taskdecomp.stops import StopReason, StopRun
 from taskdecomp.store.base import DEFAULT_LEASE_SECONDS, Lease, StoredRun
@@ -44,6 +48,13 @@ class Execution:
     max_recoveries: int = 3
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     durability: Durability = durable.DEFAULT_DURABILITY
+    limits: Mapping[str, Limit] = dataclasses.field(default_factory=dict)
+    """Rate limits by model provider, held across every worker of the database."""
+
+    @functools.cached_property
+    def windows(self) -> Mapping[str, Window]:
+        """This process's view of each limited provider's window."""
+        return {name: Window(self.store, limit) for name, limit in self.limits.items()}
 
     @property
     def env(self) -> Environment:
@@ -53,8 +64,11 @@ class Execution:
         )
 
 
-async def execute(run_id: RunId, how: Execution) -> str:
+async def execute(run_id: RunId, how: Execution, *, delivery: str | None = None) -> str:
     """Execute delivered run ``run_id``; return what became of it (for the engine's log).
+
+    ``delivery`` is the DBOS workflow that delivered it: cancelling that workflow with
+    DBOS (``dbos workflow cancel``) cancels the run too.
 
     Never raises for the run's own failures: they are its stop reason. A store that cannot
     be reached leaves the run to be delivered again (its lease is given up or runs out).
@@ -86,20 +100,29 @@ async def execute(run_id: RunId, how: Execution) -> str:
         )
         return await end(store, lease, stops.POISONED, message)
     try:
-        return await _run(run_id, lease, admission.first_started_at, how)
+        return await _run(run_id, lease, admission.first_started_at, how, delivery)
     except StoreError as exc:
         logger.warning("run %s gave up on the store: %s", run_id, exc)
         return "store_error"
 
 
-async def _run(run_id: RunId, lease: Lease, first_started_at: float | None, how: Execution) -> str:
+async def _run(
+    run_id: RunId,
+    lease: Lease,
+    first_started_at: float | None,
+    how: Execution,
+    delivery: str | None,
+) -> str:
     store = how.store
     stored = durable.load_leased(store, lease)
     try:
         config = runconfig.stored_config(stored)
         toolset = how.registry.toolset(stored.tools)
-        model = how.registry.model(stored.model)
-        roles = {role: how.registry.model(name) for role, name in config.roles.items()}
+        model = limited(how.registry.model(stored.model), how.windows)
+        roles = {
+            role: limited(how.registry.model(name), how.windows)
+            for role, name in config.roles.items()
+        }
     except Unavailable as exc:
         reason = stops.with_detail("unavailable", exc.name)
         return await end(store, lease, reason, str(exc), stored=stored)
@@ -129,7 +152,7 @@ async def _run(run_id: RunId, lease: Lease, first_started_at: float | None, how:
             env=how.env,
         )
     )
-    watcher = asyncio.create_task(_watch_cancel(store, run_id, work))
+    watcher = asyncio.create_task(_watch_cancel(store, run_id, delivery, work))
     try:
         result = await work
     except asyncio.CancelledError:
@@ -141,11 +164,13 @@ async def _run(run_id: RunId, lease: Lease, first_started_at: float | None, how:
     return result.stop_reason
 
 
-async def _watch_cancel(store: SqlStore, run_id: RunId, work: asyncio.Task[object]) -> None:
+async def _watch_cancel(
+    store: SqlStore, run_id: RunId, delivery: str | None, work: asyncio.Task[object]
+) -> None:
     while not work.done():
         await asyncio.sleep(CANCEL_POLL_SECONDS)
         try:
-            asked = await asyncio.to_thread(store.cancel_requested, run_id)
+            asked = await asyncio.to_thread(cancels.asked, store, run_id, delivery)
         except StoreError:
             continue  # the store is away; the run finds out by itself
         if asked:

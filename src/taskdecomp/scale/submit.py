@@ -16,7 +16,7 @@ from taskdecomp import durable, owners, runconfig
 from taskdecomp.budget import Budget
 from taskdecomp.errors import ConfigError, RunLeasedError, RunNotFoundError
 from taskdecomp.run import RunId, new_run_id
-from taskdecomp.scale import engine
+from taskdecomp.scale import engine, wakeup
 from taskdecomp.scale.runs import end
 from taskdecomp.stops import CANCELLED
 from taskdecomp.store.sql import SqlStore
@@ -64,8 +64,8 @@ def submit(
             ``replan``, a plugin's); the workers must have it installed too.
         options: the strategy's options (their object, or their JSON form).
         replan: the same as ``options``, for the ``replan`` strategy.
-        client: a ``DBOSClient`` on ``db`` to enqueue with (a long-lived process keeps
-            one); default: one opened and closed for this call.
+        client: a ``DBOSClient`` on ``db`` to enqueue with; default: the process's own
+            (:func:`~taskdecomp.scale.engine.shared_client`).
         answer_schema: a JSON schema the run's answer is typed by (``RunResult.output``).
 
     Raises:
@@ -101,14 +101,7 @@ def submit(
     new = type(new)(run_id=new.run_id, goal=goal, model=model, tools=tools, config=config)
     run_id, fresh = store.submit_run(new, queue=queue, idempotency_key=idempotency_key)
     try:
-        if client is not None:
-            engine.enqueue(client, run_id, queue=queue, delivery=run_id)
-        else:
-            own = engine.client(system)
-            try:
-                engine.enqueue(own, run_id, queue=queue, delivery=run_id)
-            finally:
-                own.destroy()
+        engine.enqueue(client or engine.shared_client(system), run_id, queue=queue, delivery=run_id)
     except Exception as exc:
         logger.warning(
             "run %s is stored but not yet queued (%s); a worker's sweep delivers it",
@@ -116,7 +109,8 @@ def submit(
             " ".join(str(exc).split())[:300],
         )
         return run_id, fresh
-    store.note_delivery(run_id, run_id)
+    if fresh:  # a run submitted before keeps the delivery it has
+        wakeup.announce(store, run_id, queue=queue, delivery=run_id)  # a worker takes it now
     return run_id, fresh
 
 

@@ -17,41 +17,49 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from taskdecomp.run import RunId
-from taskdecomp.scale import engine
+from taskdecomp.scale import engine, ratelimit, wakeup
+from taskdecomp.scale.dispatch import POLL_SECONDS, Dispatcher
 from taskdecomp.scale.runs import Execution, execute
 
 logger = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.25
-"""How often a worker looks for queued runs (DBOS's default, 1 s, makes every run wait half
-a second on average)."""
 DRAIN_SECONDS = 60
 """How long a stopping worker waits for its runs in flight."""
 
-_current: Execution | None = None
-"""What the DBOS step executes with, in this process."""
+T = TypeVar("T")
+
+_current: Worker | None = None
+"""The worker of this process, which the delivery workflow executes runs with."""
 _registered = False
 
 
 def _register() -> None:
-    """Define the workflow that delivers a run (once per process, before DBOS launches)."""
+    """Define the workflow that delivers a run (once per process, before DBOS launches).
+
+    The workflow executes the run in its body, with no DBOS step: the run lease, not a
+    recorded step, keeps a second execution of a delivery from doing anything, so a step
+    would only add two round trips to the system database per run.
+    """
     global _registered
     if _registered:
         return
     dbos = engine.dbos().DBOS
 
-    @dbos.step(name="taskdecomp.execute")  # type: ignore[untyped-decorator]
-    def execute_step(run_id: str) -> str:
-        if _current is None:
-            raise RuntimeError("this process is not a taskdecomp worker")
-        return asyncio.run(execute(RunId(run_id), _current))
-
     @dbos.workflow(name=engine.WORKFLOW, max_recovery_attempts=1_000_000)  # type: ignore[untyped-decorator]
     def deliver(run_id: str) -> str:
-        return str(execute_step(run_id))
+        delivery = str(dbos.workflow_id)
+        worker = _current
+        try:
+            if worker is None:
+                raise RuntimeError("this process is not a taskdecomp worker")
+            return worker.call(execute(RunId(run_id), worker.how, delivery=delivery))
+        finally:
+            if worker is not None:
+                worker.dispatcher.done(delivery)
 
     _registered = True
 
@@ -81,7 +89,10 @@ class Worker:
         db: the PostgreSQL URL of the run store (DBOS keeps its queue tables there too).
         how: the store, registry and limits runs execute with.
         queue: the queue to take runs from.
-        concurrency: runs executed at once by each worker of the queue.
+        concurrency: runs this worker executes at once (whatever other workers say).
+        global_concurrency: runs all workers of the queue execute at once; ``None`` leaves
+            the queue's stored limit as it is (none unless a worker set one).
+        poll_seconds: how often it looks at the queue when no submit woke it.
         executor_id: this process's name in DBOS (default: host and process id).
         log_level: how much DBOS logs.
     """
@@ -93,44 +104,78 @@ class Worker:
         *,
         queue: str = engine.DEFAULT_QUEUE,
         concurrency: int = 8,
+        global_concurrency: int | None = None,
+        poll_seconds: float = POLL_SECONDS,
         executor_id: str | None = None,
         log_level: str = "WARNING",
     ) -> None:
         self.db, self.how, self.queue = db, how, queue
         self.log_level = log_level
         self.concurrency = concurrency
+        self.global_concurrency = global_concurrency
         self.executor_id = executor_id
+        self.dispatcher = Dispatcher(queue, concurrency, poll_seconds=poll_seconds)
         self._stop = threading.Event()
         self._client: Any = None
+        self._loop = asyncio.new_event_loop()
+
+    def call(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run ``work`` on this worker's event loop (from a DBOS thread) and return its result.
+
+        Every run of the process shares one loop: no loop is made per run, and the runs'
+        checkpoints meet in the store's writer thread.
+        """
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result()
 
     def serve(self) -> None:
         """Take and execute runs until :meth:`stop` (or Ctrl-C)."""
         global _current
         module = engine.dbos()
-        _current = self.how
+        _current = self
         _register()
+        looping = threading.Thread(target=self._loop.run_forever, name="runs", daemon=True)
+        looping.start()
         settings = engine.config(self.db, executor_id=self.executor_id, log_level=self.log_level)
         module.DBOS(config=settings)
         logging.getLogger("dbos").addFilter(_MovedOnDeliveries())
-        module.DBOS.listen_queues([self.queue])
+        module.DBOS.listen_queues([])  # the dispatcher takes this queue's runs, not DBOS's poll
         module.DBOS.launch()
+        listener = wakeup.Listener(engine.system_url(self.db), self.queue, self.dispatcher.wake)
         try:
-            module.DBOS.register_queue(
-                self.queue,
-                worker_concurrency=self.concurrency,
-                polling_interval_sec=POLL_SECONDS,
-                on_conflict="always_update",
-            )
+            if self.how.limits:
+                ratelimit.prepare(self.how.store)
+            self._register_queue(module.DBOS)
             self._client = engine.client(self.db)
-            sweeper = threading.Thread(target=self._sweep_forever, name="sweeper", daemon=True)
-            sweeper.start()
+            if not listener.start():
+                logger.warning("not listening for submits yet: runs wait for a poll meanwhile")
+            threads = [
+                threading.Thread(target=self._sweep_forever, name="sweeper", daemon=True),
+                threading.Thread(target=self.dispatcher.run, args=(self._stop,), name="dispatch"),
+            ]
+            for thread in threads:
+                thread.start()
+            self.dispatcher.wake()  # runs queued while no worker was there
             self._stop.wait()
+            self.dispatcher.wake()
+            threads[1].join()
         finally:
+            listener.stop()
             if self._client is not None:
                 self._client.destroy()
             # runs in flight finish first (a longer one is taken over once its lease ends)
             module.DBOS.destroy(workflow_completion_timeout_sec=DRAIN_SECONDS)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            looping.join(timeout=5)
             _current = None
+
+    def _register_queue(self, dbos: Any) -> None:
+        """Make sure the queue exists; set its global limit when this worker was given one."""
+        if self.global_concurrency is None:
+            dbos.register_queue(self.queue, on_conflict="never_update")
+        else:
+            dbos.register_queue(
+                self.queue, global_concurrency=self.global_concurrency, on_conflict="always_update"
+            )
 
     def stop(self) -> None:
         """Make :meth:`serve` return."""
@@ -145,20 +190,29 @@ class Worker:
                 logger.warning("sweeping queue %r failed", self.queue, exc_info=True)
 
     def sweep(self) -> list[str]:
-        """Deliver again the runs that need it; return the new deliveries' ids."""
+        """Deliver again the runs that need it; return the new deliveries' ids.
+
+        A run whose latest delivery DBOS says is ``CANCELLED`` was cancelled with DBOS
+        (``dbos workflow cancel``): the sweep itself queues a new delivery before it
+        cancels an old one, so it never leaves one of its own cancels as a run's latest.
+        Such a run is cancelled as ``taskdecomp cancel`` does.
+        """
         dbos = engine.dbos().DBOS
         sent = []
         for stale in self.how.store.stale_runs(self.queue, grace=self.how.lease_seconds):
+            state = None
             if stale.delivery is not None:
                 status = dbos.get_workflow_status(stale.delivery)
                 state = status.status if status is not None else None
                 if state == "ENQUEUED":
                     continue  # waiting for a worker
-                if state == "PENDING":  # taken a lease ago and still not held: its worker died
-                    dbos.cancel_workflow(stale.delivery)
+            if state == "CANCELLED":
+                self.how.store.request_cancel(stale.run_id)  # the next delivery ends it
             bucket = int(time.time() // max(1.0, self.how.lease_seconds))
             delivery = f"{stale.run_id}:r{stale.recoveries + 1}:{bucket}"
             engine.enqueue(self._client, stale.run_id, queue=self.queue, delivery=delivery)
-            self.how.store.note_delivery(stale.run_id, delivery)
+            wakeup.announce(self.how.store, stale.run_id, queue=self.queue, delivery=delivery)
+            if state == "PENDING":  # taken a lease ago and still not held: its worker died
+                dbos.cancel_workflow(stale.delivery)
             sent.append(delivery)
         return sent

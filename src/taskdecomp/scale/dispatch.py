@@ -1,0 +1,202 @@
+"""Taking deliveries off a DBOS queue: at once when woken, in batches sized to free slots.
+
+DBOS's own queue thread looks at a queue once per polling interval, and reads the queue's
+``worker_concurrency`` from the queue's row, which every worker of the queue shares (the
+last worker to register it sets it for all). A worker therefore does not let DBOS poll its
+queue (``DBOS.listen_queues([])``); its :class:`Dispatcher` claims deliveries itself:
+
+- when woken: by a submit's notification (:mod:`taskdecomp.scale.wakeup`), or by a run of
+  its own ending while the queue may hold more;
+- otherwise every ``poll_seconds``, the fallback for a lost notification;
+- as many as the worker has free slots, in one claim: DBOS's own statement
+  (``SystemDatabase.start_queued_workflows``, ``FOR UPDATE SKIP LOCKED``), given this
+  worker's own limit instead of the shared one, and the queue's global limit and rate
+  limit as DBOS stores them;
+- and it starts each claimed workflow as DBOS's queue thread does
+  (``execute_dequeued_workflow``), so DBOS records, recovers and cancels them as usual.
+
+These are DBOS internals (``dbos._sys_db``, ``dbos._core``), pinned by the ``dbos``
+version in the project's dependencies; this module is the only place that touches them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+
+logger = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0
+"""How often a worker looks at its queue when nothing woke it."""
+QUEUE_REFRESH_SECONDS = 5.0
+"""How often the queue's stored limits (global concurrency, rate limit) are read again."""
+CONFLICT_RETRIES = 20
+"""Claims tried again at once when another worker holds the queue's rows (global limits)."""
+
+
+class Slots:
+    """The deliveries a worker is executing, against its own limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: set[str] = set()
+        self._lock = threading.Lock()
+        self.most = 0
+        """The most deliveries held at once so far."""
+
+    def free(self) -> int:
+        """Slots not taken."""
+        with self._lock:
+            return max(0, self.limit - len(self._held))
+
+    def busy(self) -> int:
+        """Slots taken."""
+        with self._lock:
+            return len(self._held)
+
+    def take(self, ids: Iterable[str]) -> None:
+        """Count ``ids`` as executing here."""
+        with self._lock:
+            self._held.update(ids)
+            self.most = max(self.most, len(self._held))
+
+    def give_back(self, delivery: str) -> bool:
+        """Free ``delivery``'s slot; whether it held one."""
+        with self._lock:
+            if delivery not in self._held:
+                return False
+            self._held.discard(delivery)
+            return True
+
+
+class Dispatcher:
+    """Claims and starts deliveries of ``queue`` for this process.
+
+    Args:
+        queue: the queue's name.
+        concurrency: the most deliveries this worker executes at once.
+        poll_seconds: how often it looks without being woken.
+    """
+
+    def __init__(self, queue: str, concurrency: int, *, poll_seconds: float = POLL_SECONDS):
+        self.queue = queue
+        self.slots = Slots(concurrency)
+        self.poll_seconds = poll_seconds
+        self.wakeups = 0
+        """Times it looked at the queue because something woke it (not the fallback poll)."""
+        self.claimed = 0
+        """Deliveries claimed so far."""
+        self._wake = threading.Event()
+        self._more = False  # the last claim filled every free slot: the queue may hold more
+        self._view: Any = None
+        self._view_at = 0.0
+
+    def wake(self) -> None:
+        """Look at the queue now (from any thread)."""
+        self._wake.set()
+
+    def done(self, delivery: str) -> None:
+        """``delivery`` has ended here: free its slot, and look again if work may wait."""
+        if self.slots.give_back(delivery) and self._more:
+            self._wake.set()
+
+    def run(self, stop: threading.Event) -> None:
+        """Claim and start deliveries until ``stop`` is set."""
+        while not stop.is_set():
+            woken = self._wake.wait(self.poll_seconds)
+            self._wake.clear()
+            if stop.is_set():
+                return
+            self.wakeups += woken
+            try:
+                self._fill()
+            except Exception:  # the database is away: the next look tries again
+                logger.warning("taking runs off queue %r failed", self.queue, exc_info=True)
+                stop.wait(self.poll_seconds)
+
+    def _fill(self) -> None:
+        while (free := self.slots.free()) > 0:
+            ids, owner = self._claim()
+            self._more = len(ids) >= free
+            if not ids:
+                return
+            self._start(ids, owner)
+            if not self._more:
+                return
+
+    def _claim(self) -> tuple[list[str], str]:
+        """Claim up to the free slots' worth of deliveries; their ids and the claim's token."""
+        dbos = _instance()
+        for _ in range(CONFLICT_RETRIES):
+            owner = _utils().generate_uuid()
+            try:
+                ids, _why = dbos._sys_db.start_queued_workflows(
+                    self._queue_view(dbos),
+                    _utils().GlobalParams.executor_id,
+                    _utils().GlobalParams.app_version,
+                    None,
+                    self.slots.busy(),
+                    owner_xid=owner,
+                )
+            except Exception as exc:
+                if not _conflict(dbos, exc):
+                    raise
+                time.sleep(random.uniform(0.002, 0.01))  # another worker is claiming
+                continue
+            self.slots.take(ids)
+            self.claimed += len(ids)
+            return list(ids), owner
+        return [], ""
+
+    def _start(self, ids: list[str], owner: str) -> None:
+        dbos = _instance()
+        try:
+            found = {s["workflow_uuid"]: s for s in dbos._sys_db.get_workflow_statuses(ids)}
+        except Exception:
+            logger.warning("reading claimed deliveries failed", exc_info=True)
+            found = {}
+        execute = importlib.import_module("dbos._core").execute_dequeued_workflow
+        for delivery in ids:
+            try:
+                status = found.get(delivery) or dbos._sys_db.get_workflow_status(delivery)
+                if status is None:
+                    raise LookupError(f"delivery {delivery!r} has no status")
+                execute(dbos, status, owner)
+            except Exception:
+                logger.warning("could not start delivery %s", delivery, exc_info=True)
+                self.slots.give_back(delivery)
+
+    def _queue_view(self, dbos: Any) -> Any:
+        """The queue as stored (global limit, rate limit), with this worker's own limit."""
+        now = time.monotonic()
+        if self._view is None or now - self._view_at > QUEUE_REFRESH_SECONDS:
+            stored = dbos._sys_db.get_queue(self.queue)
+            if stored is None:
+                raise LookupError(f"queue {self.queue!r} is not registered")
+            self._view, self._view_at = stored, now
+        self._view._worker_concurrency = self.slots.limit
+        return self._view
+
+
+def _instance() -> Any:
+    """The launched DBOS of this process."""
+    return importlib.import_module("dbos._dbos")._get_dbos_instance()
+
+
+def _utils() -> Any:
+    return importlib.import_module("dbos._utils")
+
+
+def _conflict(dbos: Any, exc: Exception) -> bool:
+    """Whether ``exc`` is another worker holding the rows a claim wanted."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    sys_db = dbos._sys_db
+    return bool(sys_db.is_lock_conflict(exc) or sys_db.is_serialization_conflict(exc))

@@ -1,0 +1,95 @@
+"""Waking workers when a run is queued: PostgreSQL ``LISTEN``/``NOTIFY`` on one channel.
+
+A submit, once DBOS holds its delivery, notes the delivery and notifies
+:data:`CHANNEL` with the queue's name in one transaction (PostgreSQL sends the
+notification when it commits, so a woken worker always finds the delivery). Every worker
+listens on a connection of its own and wakes its dispatcher when its queue is named. A
+notification that is lost (the listener was reconnecting) costs at most the dispatcher's
+fallback poll: the queue tables stay the truth, notifications only say "look now".
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import psycopg
+from sqlalchemy import text
+
+from taskdecomp.run import RunId
+from taskdecomp.store import queue as queues
+from taskdecomp.store.sql import SqlStore
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "taskdecomp_queue"
+"""The channel submits notify; the payload is the queue's name."""
+RECONNECT_SECONDS = 1.0
+"""How long a listener that lost its connection waits before it connects again."""
+_NOTIFY = text("SELECT pg_notify(:channel, :queue)")
+
+
+def announce(store: SqlStore, run_id: RunId, *, queue: str, delivery: str) -> None:
+    """Record ``delivery`` as ``run_id``'s latest and wake the workers of ``queue``, at once.
+
+    Raises:
+        StoreError: the store cannot be written.
+    """
+    with store.write() as conn:
+        queues.note_delivery(conn, run_id, delivery)
+        conn.execute(_NOTIFY, {"channel": CHANNEL, "queue": queue})
+
+
+def notify(store: SqlStore, queue: str) -> None:
+    """Wake the workers of ``queue`` (after a delivery made without :func:`announce`)."""
+    with store.write() as conn:
+        conn.execute(_NOTIFY, {"channel": CHANNEL, "queue": queue})
+
+
+class Listener:
+    """A thread that calls ``wake()`` whenever a submit names ``queue``.
+
+    Args:
+        url: the database, as psycopg takes it (``postgresql://...``).
+        queue: the queue to listen for.
+        wake: what to call (from the listener's thread).
+    """
+
+    def __init__(self, url: str, queue: str, wake: Callable[[], None]) -> None:
+        self.url, self.queue, self.wake = url, queue, wake
+        self.heard = 0
+        """Notifications for this queue received so far."""
+        self._stop = threading.Event()
+        self._listening = threading.Event()
+        self._thread = threading.Thread(target=self._listen_forever, name="listener", daemon=True)
+
+    def start(self, timeout: float = 10.0) -> bool:
+        """Start listening; whether the first ``LISTEN`` was in place within ``timeout``."""
+        self._thread.start()
+        return self._listening.wait(timeout)
+
+    def stop(self) -> None:
+        """Stop listening (within about a second)."""
+        self._stop.set()
+
+    def _listen_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._listen()
+            except psycopg.Error as exc:
+                logger.warning("listening for queued runs failed (%s); polling meanwhile", exc)
+                self.wake()  # something may have been queued while the connection was away
+                self._stop.wait(RECONNECT_SECONDS)
+
+    def _listen(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"LISTEN {CHANNEL}")
+            self._listening.set()
+            while not self._stop.is_set():
+                for note in conn.notifies(timeout=1.0):
+                    if note.payload == self.queue:
+                        self.heard += 1
+                        self.wake()
+                    if self._stop.is_set():
+                        return
