@@ -47,7 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 
 from taskdecomp import run
 from taskdecomp.run import RunId
@@ -57,7 +57,8 @@ from taskdecomp.store import RunSummary, SqlStore, open_store, schema
 MODEL_MS = 200
 TOOL_MS = 100
 RUNS = 40
-WORKERS = (1, 2, 4)
+SHORT_RUNS = 200
+WORKERS = (1, 2)
 CONCURRENCY = 8
 SEQUENTIAL = 10
 SUBMITTERS = 4
@@ -94,13 +95,17 @@ class BenchError(Exception):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Setup:
-    """Where the benchmark runs and the workload's files."""
+    """Where the benchmark runs and the workloads' files."""
 
     db: str
     tools: Path
     model: Path
     logs: Path
     concurrency: int
+    short_tools: Path
+    """The short runs' toolset: the same plan with tools that return at once."""
+    short_model: Path
+    """The short runs' model: it answers at once."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -172,7 +177,9 @@ def start_worker(setup: Setup, no: int) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable, "-c", code, "worker", "--db", setup.db,
         "--concurrency", str(setup.concurrency), "--executor-id", f"bench-{no}",
+        "--processes", "1",
         "--tools", f"bench={setup.tools}", "--model", f"fast=scripted:{setup.model}",
+        "--tools", f"short={setup.short_tools}", "--model", f"zero=scripted:{setup.short_model}",
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASKDECOMP_")}
     with (setup.logs / f"worker-{no}.log").open("ab") as log:
@@ -259,17 +266,20 @@ def owner_pids(store: SqlStore, ids: list[RunId]) -> set[int]:
 # -- runs ---------------------------------------------------------------------------------
 
 
-def submit_one(setup: Setup, store: SqlStore) -> tuple[RunId, float]:
-    """Queue a run of the workload; its id and how long the submit took."""
+def submit_one(setup: Setup, store: SqlStore, *, short: bool = False) -> tuple[RunId, float]:
+    """Queue a run of the workload (or the short one); its id and how long the submit took."""
+    tools, model = ("short", "zero") if short else ("bench", "fast")
     started = time.perf_counter()
-    run_id, _ = submit(GOAL, store=store, db=setup.db, tools="bench", model="fast")
+    run_id, _ = submit(GOAL, store=store, db=setup.db, tools=tools, model=model)
     return run_id, time.perf_counter() - started
 
 
-def submit_all(setup: Setup, store: SqlStore, count: int) -> tuple[list[RunId], list[float]]:
+def submit_all(
+    setup: Setup, store: SqlStore, count: int, *, short: bool = False
+) -> tuple[list[RunId], list[float]]:
     """Queue ``count`` runs at once from :data:`SUBMITTERS` threads."""
     with ThreadPoolExecutor(SUBMITTERS) as pool:
-        done = list(pool.map(lambda _: submit_one(setup, store), range(count)))
+        done = list(pool.map(lambda _: submit_one(setup, store, short=short), range(count)))
     return [run_id for run_id, _ in done], [seconds for _, seconds in done]
 
 
@@ -279,18 +289,21 @@ def wait_ended(
     procs: list[subprocess.Popen[bytes]],
     deadline: float,
 ) -> dict[RunId, RunSummary]:
-    """Poll the store until every run of ``ids`` has ended; their summaries."""
-    wanted = set(ids)
+    """Wait until every run of ``ids`` has ended (counted every 0.1 s); their summaries."""
+    runs = schema.runs
+    ended = (
+        select(func.count())
+        .select_from(runs)
+        .where(runs.c.id.in_(ids), runs.c.status.not_in(("queued", "running")))
+    )
     while True:
-        ended = {
-            s.run_id: s
-            for s in store.list_runs()
-            if s.run_id in wanted and s.status not in ("queued", "running")
-        }
-        if len(ended) == len(wanted):
-            return ended
-        check_alive(procs, deadline, f"{len(wanted) - len(ended)} runs did not end")
-        time.sleep(0.05)
+        with store.read() as conn:
+            if conn.execute(ended).scalar_one() == len(set(ids)):
+                break
+        check_alive(procs, deadline, f"{len(set(ids))} runs did not all end")
+        time.sleep(0.1)
+    wanted = set(ids)
+    return {s.run_id: s for s in store.list_runs() if s.run_id in wanted}
 
 
 def timing(store: SqlStore, summary: RunSummary) -> Timing:
@@ -319,6 +332,31 @@ def in_process(setup: Setup, store: SqlStore, count: int) -> list[Timing]:
     return found
 
 
+def in_process_throughput(setup: Setup, store: SqlStore, count: int, *, short: bool) -> Throughput:
+    """``count`` runs in this process, :attr:`Setup.concurrency` at once, stored in the database.
+
+    The runs/s is measured as for queued runs: from the first stored start to the last end.
+    """
+    tools, model = (setup.short_tools, setup.short_model) if short else (setup.tools, setup.model)
+
+    async def all_runs() -> list[RunId]:
+        slots = asyncio.Semaphore(setup.concurrency)
+
+        async def one() -> RunId:
+            async with slots:
+                done = await run(GOAL, tools=str(tools), model=f"scripted:{model}", store=store)
+                return done.run_id
+
+        return list(await asyncio.gather(*(one() for _ in range(count))))
+
+    ids = asyncio.run(all_runs())
+    summaries = {s.run_id: s for s in store.list_runs() if s.run_id in set(ids)}
+    first = min(s.started_at for s in summaries.values())
+    last = max(s.finished_at or s.started_at for s in summaries.values())
+    timings = [timing(store, summary) for summary in summaries.values()]
+    return Throughput(workers=0, wall=last - first, timings=timings)
+
+
 def queued_one_by_one(
     setup: Setup, store: SqlStore, count: int, procs: list[subprocess.Popen[bytes]]
 ) -> tuple[list[Timing], list[float]]:
@@ -338,12 +376,17 @@ def queued_one_by_one(
 
 
 def throughput(
-    setup: Setup, store: SqlStore, count: int, procs: list[subprocess.Popen[bytes]]
+    setup: Setup,
+    store: SqlStore,
+    count: int,
+    procs: list[subprocess.Popen[bytes]],
+    *,
+    short: bool = False,
 ) -> Throughput:
     """Submit ``count`` runs at once (after a random pause, as one by one) and wait for them."""
     time.sleep(random.uniform(0, POLL_SECONDS))
-    ids = submit_all(setup, store, count)[0]
-    ended = wait_ended(store, ids, procs, time.monotonic() + 300)
+    ids = submit_all(setup, store, count, short=short)[0]
+    ended = wait_ended(store, ids, procs, time.monotonic() + 600)
     first = min(s.started_at for s in ended.values())
     last = max(s.finished_at or s.started_at for s in ended.values())
     timings = [timing(store, summary) for summary in ended.values()]
@@ -357,20 +400,33 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
-THROUGHPUT = "{:>7} {:>5} {:>5} {:>8} {:>6} {:>7}  {:>8} {:>8}  {:>8} {:>8}"
+THROUGHPUT = "{:<18} {:>5} {:>5} {:>8} {:>6} {:>8} {:>8}  {:>8} {:>8}  {:>8} {:>8}"
+THROUGHPUT_HEAD = [
+    THROUGHPUT.format("", "", "", "", "", "x in", "x 1", "first step", "", "run", ""),
+    THROUGHPUT.format(
+        "runs through", "slots", "runs", "wall", "runs/s", "process", "worker",
+        "p50", "p99", "p50", "p99",
+    ),
+]  # fmt: skip
 
 
-def throughput_row(row: Throughput, concurrency: int, base: float | None) -> str:
+def rate(row: Throughput) -> float:
+    return len(row.timings) / row.wall if row.wall > 0 else float("nan")
+
+
+def throughput_row(row: Throughput, concurrency: int, local: float, one: float | None) -> str:
     firsts = [t.first_step for t in row.timings]
     runs = [t.run_seconds for t in row.timings]
-    rate = len(row.timings) / row.wall
+    label = "this process" if row.workers == 0 else f"queued, {row.workers} worker"
+    label += "s" if row.workers > 1 else ""
     return THROUGHPUT.format(
-        row.workers,
-        row.workers * concurrency,
+        label,
+        max(1, row.workers) * concurrency,
         len(runs),
         f"{row.wall:.2f} s",
-        f"{rate:.1f}",
-        f"{rate / base:.2f}x" if base else "-",
+        f"{rate(row):.1f}",
+        f"{rate(row) / local:.2f}x",
+        f"{rate(row) / one:.2f}x" if one and row.workers else "-",
         ms(percentile(firsts, 0.5)),
         ms(percentile(firsts, 0.99)),
         ms(percentile(runs, 0.5)),
@@ -412,29 +468,44 @@ def _median_gap(queued: list[Timing], local: list[Timing], field: str) -> float:
 
 
 def bench(args: argparse.Namespace, setup: Setup, notes: list[str]) -> list[str]:
-    """Every measurement, printed as it comes; the runs' problems."""
+    """Every measurement, printed at the end; the runs' problems."""
     problems: list[str] = []
     store = open_store(setup.db)
+    workloads = {True: args.short_runs, False: args.runs}
     try:
         local = in_process(setup, store, args.sequential)
+        rows: dict[bool, list[Throughput]] = {
+            short: [in_process_throughput(setup, store, count, short=short)]
+            for short, count in workloads.items()
+        }
         queued: list[Timing] = []
-        print(THROUGHPUT.format("", "", "", "", "", "", "first step", "", "run", ""))
-        print(THROUGHPUT.format("workers", "slots", "runs", "wall", "runs/s", "speedup",
-                                "p50", "p99", "p50", "p99"))  # fmt: skip
-        base = None
+        submits: list[float] = []
         for count in args.workers:
             with workers(setup, store, count, notes) as procs:
                 if count == 1:
                     queued, submits = queued_one_by_one(setup, store, args.sequential, procs)
-                row = throughput(setup, store, args.runs, procs)
-            base = base or (len(row.timings) / row.wall if count == 1 else None)
-            print(throughput_row(row, setup.concurrency, base), flush=True)
-            problems += [t.problem for t in row.timings if t.problem]
+                for short, runs in workloads.items():
+                    rows[short].append(throughput(setup, store, runs, procs, short=short))
         if not queued:
             with workers(setup, store, 1, notes) as procs:
                 queued, submits = queued_one_by_one(setup, store, args.sequential, procs)
+        for short, found in rows.items():
+            print()
+            if short:
+                print(f"short runs: model and tools 0 ms, {args.short_runs} runs at once")
+            else:
+                print(
+                    f"model {args.latency_ms:g} ms, tools {args.tool_ms:g} ms: "
+                    f"{args.runs} runs at once"
+                )
+            for line in THROUGHPUT_HEAD:
+                print(line)
+            one = next((rate(row) for row in found if row.workers == 1), None)
+            for row in found:
+                print(throughput_row(row, setup.concurrency, rate(found[0]), one))
+                problems += [t.problem for t in row.timings if t.problem]
         print()
-        print(f"per run, {args.sequential} runs one after another")
+        print(f"per run, {args.sequential} runs one after another (the slower workload)")
         for line in per_run_rows(local, queued):
             print(line)
         print(f"submit() p50 {ms(statistics.median(submits))}, p99 {ms(percentile(submits, 0.99))}")
@@ -447,6 +518,9 @@ def bench(args: argparse.Namespace, setup: Setup, notes: list[str]) -> list[str]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=RUNS, help="runs submitted at once per row")
+    parser.add_argument(
+        "--short-runs", type=int, default=SHORT_RUNS, help="short (0 ms) runs at once per row"
+    )
     parser.add_argument(
         "--workers", type=int, nargs="+", default=list(WORKERS), help="worker processes per row"
     )
@@ -464,17 +538,20 @@ def main(argv: list[str] | None = None) -> int:
         f"2 tool waves a run (ideal {ideal:g} ms); PostgreSQL on {args.host}"
     )
     print(
-        f"throughput: {args.runs} runs submitted at once per row, "
-        f"{args.concurrency} runs at once per worker"
+        f"throughput: runs submitted at once per row, {args.concurrency} runs at once per "
+        "worker process (and in this process)"
     )
     notes: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         try:
             with database(args.host, args.user) as db:
                 tools, model = write_workload(Path(tmp), args.latency_ms, args.tool_ms)
+                (Path(tmp) / "short").mkdir()
+                short_tools, short_model = write_workload(Path(tmp) / "short", 0, 0)
                 setup = Setup(
-                    db=db, tools=tools, model=model, logs=Path(tmp), concurrency=args.concurrency
-                )
+                    db=db, tools=tools, model=model, logs=Path(tmp), concurrency=args.concurrency,
+                    short_tools=short_tools, short_model=short_model,
+                )  # fmt: skip
                 problems = bench(args, setup, notes)
         except BenchError as exc:
             problems = [str(exc)]

@@ -47,3 +47,20 @@ def asked(store: SqlStore, run_id: RunId, delivery: str | None) -> bool:
         store.request_cancel(run_id)
         return True
     return requested
+
+
+_LATEST = text("SELECT delivery FROM queued_runs WHERE run_id = :run_id")
+
+
+def is_latest(store: SqlStore, run_id: RunId, delivery: str) -> bool:
+    """Whether ``delivery`` is still ``run_id``'s latest delivery, as the store says now.
+
+    A sweep that read a run's delivery before another worker's sweep replaced and
+    cancelled it finds the cancel, and must not take it for the user's.
+
+    Raises:
+        StoreError: the store cannot be read.
+    """
+    with store.read() as conn:
+        found = conn.execute(_LATEST, {"run_id": rows.key(run_id)}).scalar_one_or_none()
+    return found == delivery

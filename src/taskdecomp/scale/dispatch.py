@@ -37,6 +37,9 @@ POLL_SECONDS = 1.0
 """How often a worker looks at its queue when nothing woke it."""
 QUEUE_REFRESH_SECONDS = 5.0
 """How often the queue's stored limits (global concurrency, rate limit) are read again."""
+GATHER_SECONDS = 0.005
+"""How long a woken worker waits before it claims, so that a burst of submits (a script
+queueing hundreds of runs) is claimed in a few batches instead of one claim a run."""
 CONFLICT_RETRIES = 20
 """Claims tried again at once when another worker holds the queue's rows (global limits)."""
 
@@ -115,6 +118,9 @@ class Dispatcher:
             if stop.is_set():
                 return
             self.wakeups += woken
+            if woken:
+                stop.wait(GATHER_SECONDS)
+                self._wake.clear()
             try:
                 self._fill()
             except Exception:  # the database is away: the next look tries again

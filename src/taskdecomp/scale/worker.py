@@ -21,7 +21,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from taskdecomp.run import RunId
-from taskdecomp.scale import engine, ratelimit, wakeup
+from taskdecomp.scale import cancels, engine, ratelimit, wakeup
 from taskdecomp.scale.dispatch import POLL_SECONDS, Dispatcher
 from taskdecomp.scale.runs import Execution, execute
 
@@ -207,6 +207,10 @@ class Worker:
                 if state == "ENQUEUED":
                     continue  # waiting for a worker
             if state == "CANCELLED":
+                if stale.delivery is None or not cancels.is_latest(
+                    self.how.store, stale.run_id, stale.delivery
+                ):
+                    continue  # another sweep replaced that delivery, then cancelled it
                 self.how.store.request_cancel(stale.run_id)  # the next delivery ends it
             bucket = int(time.time() // max(1.0, self.how.lease_seconds))
             delivery = f"{stale.run_id}:r{stale.recoveries + 1}:{bucket}"
