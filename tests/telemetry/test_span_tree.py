@@ -309,3 +309,18 @@ def test_a_pause_for_approval_and_the_approval_are_spans(spans: Catching, tmp_pa
     assert approval.attributes["taskdecomp.approval.approved"] is True
     assert parent_of(caught, approval) is one(caught, "invoke_agent")
     store.close()
+
+
+def test_steps_started_while_the_plan_streams_are_children_of_the_run(spans: Catching) -> None:
+    words = ("apple", "fig", "kiwi", "plum", "pear")
+    plan = plan_of(*(step(n, "count", {"word": w}, depends_on=[]) for n, w in enumerate(words, 1)))
+    model = ScriptedModel(rules=[("available_tools", plan)], default="apple", stream_ms=400)
+    result = run_sync(GOAL, tools=tools(), model=model, stream_plan=True)
+    assert result.status == "ok", result.message
+
+    caught = spans.get_finished_spans()
+    top, planner = one(caught, "invoke_agent"), named(caught, "chat")[0]
+    calls = named(caught, "execute_tool")
+    assert len(calls) == 5
+    assert any(call.start_time < planner.end_time for call in calls)  # some started early
+    assert [parent_of(caught, call) for call in calls] == [top] * 5, drawn(caught)
