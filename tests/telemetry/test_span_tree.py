@@ -324,3 +324,37 @@ def test_steps_started_while_the_plan_streams_are_children_of_the_run(spans: Cat
     assert len(calls) == 5
     assert any(call.start_time < planner.end_time for call in calls)  # some started early
     assert [parent_of(caught, call) for call in calls] == [top] * 5, drawn(caught)
+
+
+def echo_tools() -> list[Any]:
+    @tool(side_effects="read_only")
+    def echo(word: str) -> dict[str, str]:
+        """Say a word back."""
+        return {"said": word}
+
+    return [echo]
+
+
+def forms(secret: str) -> list[str]:
+    """A secret as it is, and as JSON writes it inside a string (escaped, or ASCII-escaped)."""
+    return [secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]]
+
+
+@pytest.mark.parametrize("secret", ["pässwörd-0123456789", 'pass"word-0123', "pass\\word-0123"])
+def test_a_secret_json_would_escape_is_redacted_in_traced_content(
+    spans: Catching, monkeypatch: pytest.MonkeyPatch, secret: str
+) -> None:
+    monkeypatch.setenv("BILLING_API_KEY", secret)
+    trace_content(True)
+    words = (secret, "fig", "kiwi")
+    plan = plan_of(*(step(n, "echo", {"word": w}) for n, w in enumerate(words, start=1)))
+    model = ScriptedModel(responses=[plan, f"the key is {secret}"])
+    result = run_sync(f"{GOAL} with {secret}", tools=echo_tools(), model=model)
+    assert result.status == "ok", result.message
+
+    caught = spans.get_finished_spans()
+    first = named(caught, "execute_tool")[0]
+    assert json.loads(first.attributes["gen_ai.tool.call.arguments"]) == {"word": "[redacted]"}
+    assert json.loads(first.attributes["gen_ai.tool.call.result"]) == {"said": "[redacted]"}
+    everything = text_of(caught)
+    assert [form for form in forms(secret) if form in everything] == []
