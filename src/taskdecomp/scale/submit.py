@@ -22,7 +22,7 @@ from taskdecomp.stops import CANCELLED
 from taskdecomp.store.sql import SqlStore
 from taskdecomp.strategies import registry
 from taskdecomp.strategies.replan import ReplanOptions
-from taskdecomp.telemetry import propagation
+from taskdecomp.telemetry import propagation, spans
 
 logger = logging.getLogger(__name__)
 
@@ -96,27 +96,29 @@ def submit(
         options=chosen.encode(settings),
         answer_schema=answer_schema,
     )
-    config: dict[str, Any] = {**new.config, "queue": {"allow_all": allow is None}}
-    config.update(propagation.submitted(new.run_id, chosen.name))  # the worker's run continues it
-    new = type(new)(run_id=new.run_id, goal=goal, model=model, tools=tools, config=config)
-    run_id, fresh = store.submit_run(new, queue=queue, idempotency_key=idempotency_key)
-    try:
-        if client is not None:
-            engine.enqueue(client, run_id, queue=queue, delivery=run_id)
-        else:
-            own = engine.client(system)
-            try:
-                engine.enqueue(own, run_id, queue=queue, delivery=run_id)
-            finally:
-                own.destroy()
-    except Exception as exc:
-        logger.warning(
-            "run %s is stored but not yet queued (%s); a worker's sweep delivers it",
-            run_id,
-            " ".join(str(exc).split())[:300],
-        )
-        return run_id, fresh
-    store.note_delivery(run_id, run_id)
+    with propagation.submitting(chosen.name) as span:
+        config: dict[str, Any] = {**new.config, "queue": {"allow_all": allow is None}}
+        config.update(propagation.carried(span))  # the worker's run continues it
+        new = type(new)(run_id=new.run_id, goal=goal, model=model, tools=tools, config=config)
+        run_id, fresh = store.submit_run(new, queue=queue, idempotency_key=idempotency_key)
+        span.set_attribute(spans.RUN_ID, run_id)  # the first run's, for a key submitted again
+        try:
+            if client is not None:
+                engine.enqueue(client, run_id, queue=queue, delivery=run_id)
+            else:
+                own = engine.client(system)
+                try:
+                    engine.enqueue(own, run_id, queue=queue, delivery=run_id)
+                finally:
+                    own.destroy()
+        except Exception as exc:
+            logger.warning(
+                "run %s is stored but not yet queued (%s); a worker's sweep delivers it",
+                run_id,
+                " ".join(str(exc).split())[:300],
+            )
+            return run_id, fresh
+        store.note_delivery(run_id, run_id)
     return run_id, fresh
 
 
