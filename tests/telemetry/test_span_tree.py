@@ -108,8 +108,18 @@ def test_content_is_traced_with_the_flag_and_secrets_never_are(
     tool_span = named(caught, "execute_tool")[1]
     assert json.loads(tool_span.attributes["gen_ai.tool.call.arguments"]) == {"word": "fig"}
     assert json.loads(tool_span.attributes["gen_ai.tool.call.result"]) == {"letters": 3}
-    plan_call = named(caught, "chat")[0]
-    assert "max_plan_steps" in plan_call.attributes["gen_ai.input.messages"]
+    plan_call, answer_call = named(caught, "chat")
+    sent = json.loads(plan_call.attributes["gen_ai.input.messages"])
+    assert [m["role"] for m in sent] == ["system", "user"]
+    assert [[part["type"] for part in m["parts"]] for m in sent] == [["text"], ["text"]]
+    assert "max_plan_steps" in sent[1]["parts"][0]["content"]
+    assert json.loads(answer_call.attributes["gen_ai.output.messages"]) == [
+        {
+            "role": "assistant",
+            "parts": [{"type": "text", "content": "done, [redacted]"}],
+            "finish_reason": "stop",
+        }
+    ]
     assert "Count the letters" in one(caught, "invoke_agent").attributes["taskdecomp.goal"]
     everything = text_of(caught)
     assert "[redacted]" in everything
