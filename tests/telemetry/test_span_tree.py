@@ -68,6 +68,8 @@ def test_a_plan_execute_run_is_one_tree_of_model_and_tool_spans(spans: Catching)
     assert attributes["taskdecomp.status"] == "ok"
     assert attributes["taskdecomp.run.id"] == result.run_id
     assert attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert top.name == f"invoke_agent {attributes['gen_ai.agent.name']}"  # as the conventions say
+    assert attributes["taskdecomp.strategy"] == "plan_execute"
     assert top.status.status_code == StatusCode.UNSET
 
     plan_call, combine_call = named(caught, "chat")
