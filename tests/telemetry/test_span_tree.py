@@ -370,3 +370,19 @@ def test_a_secret_json_would_escape_is_redacted_in_traced_content(
     assert json.loads(first.attributes["gen_ai.tool.call.result"]) == {"said": "[redacted]"}
     everything = text_of(caught)
     assert [form for form in forms(secret) if form in everything] == []
+
+
+def test_without_content_a_secret_in_arguments_and_observations_is_in_no_span(
+    spans: Catching, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    words = (SECRET, f"say {SECRET}", "kiwi")
+    plan = plan_of(*(step(n, "echo", {"word": w}) for n, w in enumerate(words, start=1)))
+    model = ScriptedModel(responses=[plan, f"the key is {SECRET}"])
+    result = run_sync(f"{GOAL} with {SECRET}", tools=echo_tools(), model=model)
+    assert result.status == "ok", result.message
+
+    caught = spans.get_finished_spans()
+    assert len(named(caught, "execute_tool echo")) == 3
+    assert SECRET not in text_of(caught)
+    assert SECRET not in "".join(str(s.to_json()) for s in caught)  # names and events too
