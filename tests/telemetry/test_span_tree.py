@@ -386,3 +386,32 @@ def test_without_content_a_secret_in_arguments_and_observations_is_in_no_span(
     assert len(named(caught, "execute_tool echo")) == 3
     assert SECRET not in text_of(caught)
     assert SECRET not in "".join(str(s.to_json()) for s in caught)  # names and events too
+
+
+def test_an_approval_inside_a_callers_span_is_its_child_and_links_to_the_first_trace(
+    spans: Catching, tmp_path: Path
+) -> None:
+    from opentelemetry import trace
+
+    from taskdecomp import approve_sync
+
+    @tool(side_effects="unsafe", needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return f"paid {amount}"
+
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    plan = plan_of(*(step(n, "pay", {"amount": n}) for n in (1, 2, 3)))
+    paused = run_sync(GOAL, tools=[pay], model=ScriptedModel(responses=[plan, "paid"]), store=store)
+    assert paused.status == "paused"
+    first = one(spans.get_finished_spans(), "invoke_agent")
+    spans.clear()
+
+    with trace.get_tracer("a caller").start_as_current_span("handle request") as mine:
+        approve_sync(paused.run_id, store=store, tools=[pay], model=ScriptedModel(responses=["ok"]))
+    caught = spans.get_finished_spans()
+    segment = one(caught, "invoke_agent")
+    assert parent_of(caught, segment) is one(caught, "handle request")
+    assert segment.context.trace_id == mine.get_span_context().trace_id
+    assert [link.context.span_id for link in segment.links] == [first.context.span_id]
+    store.close()

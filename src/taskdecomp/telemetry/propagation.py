@@ -4,8 +4,8 @@ A run stores its first trace's context in its config, under ``"trace"`` (a
 ``traceparent``, and a ``tracestate`` when there is one): ``run`` stores its own span's,
 ``submit`` and ``POST /runs`` the submitter's. The first segment a queue worker (or the
 service) runs is a child of it, so a queued run continues its submitter's trace across
-processes; every later segment (a resume, an approval) starts a trace of its own, linked
-to it.
+processes; every later segment (a resume, an approval) links to it, in a trace of its own
+unless a span of the caller's is current (a library user's), whose child it then is.
 """
 
 from __future__ import annotations
