@@ -203,7 +203,11 @@ def json_http_server(tmp_path: Path) -> Iterator[str]:
         yield f"mcp+http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # a call still held: the server waits for it
+            process.kill()
+            process.wait()
 
 
 @pytest.mark.usefixtures("short_start")
@@ -215,9 +219,11 @@ def test_an_http_call_may_outlast_the_connect_timeout(
 
     async def held() -> object:
         call = asyncio.ensure_future(hold.fn(go=str(go)))
-        await asyncio.sleep(6)  # twice the connect timeout
-        assert not call.done()
-        go.touch()
+        try:
+            await asyncio.sleep(6)  # twice the connect timeout
+            assert not call.done()
+        finally:
+            go.touch()
         return await call
 
     assert asyncio.run(held()) == {"result": "held"}
