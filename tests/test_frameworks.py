@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -174,6 +175,24 @@ def test_a_json_schema_tool_is_a_pair_in_either_shape_of_definition() -> None:
             "amount": 2,
             "currency": "GBP",
         }
+
+
+class Doubler:
+    """A callable object whose call is a coroutine."""
+
+    async def __call__(self, n: int) -> int:
+        await asyncio.sleep(0)
+        return 2 * n
+
+
+def test_a_json_schema_tool_calls_an_async_callable_object_on_the_loop() -> None:
+    definition = {"name": "double", "parameters": {"type": "object", "properties": {"n": {}}}}
+    spec = schema_tool(definition, Doubler(), side_effects="read_only")
+    assert spec.is_async
+    steps = [step(n, "double", {"n": n}) for n in (1, 2, 3)]
+    result = run_sync("double", tools=[spec], model=model_for(*steps), budget=BUDGET)
+    assert result.status == "ok", result.message
+    assert [entry.observation for entry in result.history] == [2, 4, 6]  # awaited
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import http.server
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +12,9 @@ import pytest
 from pydantic import Field, ValidationError
 
 from taskdecomp import Toolset, ToolsetError, ToolSpec, load_toolset, tool
+from taskdecomp.answertype import answer_type
+from taskdecomp.errors import ConfigError
+from taskdecomp.schemacheck import SchemaMismatch, schema_checker
 from tests.conftest import SALES_TOOLS
 from tests.support import SEED_TOOLS
 
@@ -149,3 +155,64 @@ def test_duplicate_names_are_refused() -> None:
 
     with pytest.raises(ToolsetError, match="defined twice"):
         Toolset.from_functions([a, a])
+
+
+@pytest.fixture
+def schema_host() -> Iterator[tuple[str, list[str]]]:
+    """A local HTTP server that serves a schema to any GET, and the paths it was asked for."""
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            body = b'{"type": "integer"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_remote_schema_reference_is_refused_and_never_fetched(
+    schema_host: tuple[str, list[str]],
+) -> None:
+    url, asked = schema_host
+    remote = {"type": "object", "properties": {"x": {"$ref": f"{url}/latest/meta-data/iam"}}}
+    with pytest.raises(ToolsetError) as refused:
+        ToolSpec(
+            name="t", fn=lambda x: x, description="t", timeout=None, side_effects="read_only",
+            input_schema=remote, is_async=False,
+        )  # fmt: skip
+    assert "tool 't'" in str(refused.value) and "/latest/meta-data/iam" in str(refused.value)
+    assert "never fetched" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(ConfigError, match="answer schema refers to"):
+        answer_type(remote)
+    with pytest.raises(ConfigError, match="'#/\\$defs/gone'"):
+        schema_checker({"$ref": "#/$defs/gone"}, what="s", extra="tools")
+    assert asked == []
+
+
+def test_local_schema_references_resolve_and_are_checked() -> None:
+    local = {
+        "$defs": {"n": {"type": "integer"}},
+        "type": "object",
+        "properties": {"x": {"$ref": "#/$defs/n"}, "y": {"$ref": "#/tail"}},
+        "tail": {"$ref": "http://127.0.0.1:9/never"},  # reached only through "#/tail"
+    }
+    check = schema_checker(local, what="s", extra="tools")
+    check({"x": 1})
+    with pytest.raises(SchemaMismatch, match="integer"):
+        check({"x": "one"})
+    with pytest.raises(SchemaMismatch, match="refers to 'http://127"):
+        check({"y": 2})

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import json
 from typing import Any
@@ -96,6 +97,9 @@ class EarlySteps:
         max_steps: steps past this position never start early (the plan or the run's
             step budget would refuse them).
         max_parallel: most steps running at once.
+
+    A step starts in a copy of the context the object was made in (the run's), not in the
+    one of the model call whose text started it: its spans are the run's children.
     """
 
     def __init__(self, ctx: RunContext, *, max_steps: int, max_parallel: int) -> None:
@@ -108,6 +112,7 @@ class EarlySteps:
         self.finished: set[TaskId] = set()
         """Steps that started early and finished."""
         self._closed = False
+        self._context = contextvars.copy_context()
 
     def offer(self, raw_steps: list[Any]) -> None:
         """Take steps whose JSON is complete, and start those that may start."""
@@ -183,7 +188,9 @@ class EarlySteps:
                 return
             if step.id in self._tasks or not self._may_start(step_no, step):
                 continue
-            task = asyncio.create_task(run_step(step_no, step, self._ctx))
+            task = asyncio.create_task(
+                run_step(step_no, step, self._ctx), context=self._context.copy()
+            )
             task.add_done_callback(functools.partial(self._done, step_id=step.id))
             self._tasks[step.id] = task
             running += 1

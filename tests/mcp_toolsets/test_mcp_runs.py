@@ -13,6 +13,7 @@ from support import plan_of, step
 from taskdecomp import Budget, ScriptedModel, Toolset, approve_sync, open_store, run_sync
 from taskdecomp.toolsets import load_toolset
 from taskdecomp.toolsets.mcp_client import HOST
+from taskdecomp.toolsets.mcp_spec import parse
 
 ONE_STEP = Budget(min_plan_steps=1)
 """Plans of a single step are enough here."""
@@ -147,10 +148,11 @@ def test_a_cancelled_call_leaves_the_session_usable(tmp_path: Path) -> None:
     async def cut_short() -> None:
         started, go = tmp_path / "started", tmp_path / "go"
         call = asyncio.ensure_future(tools["wait_for"].fn(started=str(started), go=str(go)))
-        for _ in range(2000):
+        for _ in range(6000):
             if started.exists():
                 break
             await asyncio.sleep(0.01)
+        assert started.exists() and toy.calls() == ["wait_for"]  # it reached the server
         call.cancel()
         go.touch()
 
@@ -162,7 +164,12 @@ def test_a_cancelled_call_leaves_the_session_usable(tmp_path: Path) -> None:
 def test_the_stored_source_of_two_toolsets_loads_them_again(tmp_path: Path) -> None:
     alpha, beta = Toy(tmp_path, "alpha"), Toy(tmp_path, "beta")
     text = json.dumps([alpha.spec("--prefix=a"), beta.spec()])
+    before = HOST.starts
     merged = load_toolset(text)
     assert {"a_echo", "a_add", "echo", "lookup"} <= set(merged)
-    assert json.loads(merged.source or "") == json.loads(text)
-    assert HOST.starts >= 2
+    assert HOST.starts - before == 2
+    given = [parse("mcp", spec[len("mcp:") :]) for spec in json.loads(text)]
+    stored = [parse("mcp", spec[len("mcp:") :]) for spec in json.loads(merged.source or "")]
+    assert stored == given and all(server.cwd == str(Path.cwd()) for server in stored)
+    again = load_toolset(merged.source or "")
+    assert again.source == merged.source and HOST.starts - before == 2  # the same sessions

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
+import uuid
 
+import pytest
+from opentelemetry.trace import StatusCode
+
+from taskdecomp.errors import StoreError
+from taskdecomp.scale.submit import submit
+from taskdecomp.store import open_store
 from tests.scale.conftest import Cluster, step
 from tests.telemetry.conftest import Catching, spans  # noqa: F401  # the fixture, by name
 from tests.telemetry.receiver import receiving
-from tests.telemetry.spantree import one
+from tests.telemetry.spantree import named, one
 
 PLAN = (step("s1", "look", 1), step("s2", "put", 2), step("s3", "look", 3))
 
@@ -42,3 +48,29 @@ def test_a_queued_run_is_a_child_of_its_submit_span_across_the_worker(
         "execute_tool put",
     ]
     assert {s.parent_id for s in tools} == {run_span.span_id}
+
+
+def test_a_submit_span_names_the_run_the_store_returned_and_records_a_failure(
+    cluster: Cluster,
+    spans: Catching,  # noqa: F811  # the fixture imported above
+) -> None:
+    model = cluster.model("plan", *PLAN)
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    first = cluster.submit("report 1", model, idempotency_key=key)
+    again = cluster.submit("report 1, again", model, idempotency_key=key)
+    assert again == first
+    submits = named(spans.get_finished_spans(), "submit plan_execute")
+    assert [s.attributes["taskdecomp.run.id"] for s in submits] == [first, first]
+    assert all(s.status.status_code == StatusCode.UNSET for s in submits)
+    spans.clear()
+
+    read_only = open_store(f"{cluster.db}?options=-c%20default_transaction_read_only%3Don")
+    try:
+        with pytest.raises(StoreError, match="read-only"):
+            submit("report 2", store=read_only, db=cluster.db, tools="scale", model=model)
+    finally:
+        read_only.close()
+    failed = one(spans.get_finished_spans(), "submit plan_execute")
+    assert failed.status.status_code == StatusCode.ERROR
+    assert failed.attributes["error.type"] == "StoreError"
+    assert "taskdecomp.run.id" not in failed.attributes

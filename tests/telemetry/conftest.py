@@ -29,25 +29,32 @@ class Catching(InMemorySpanExporter):
         return super().export(spans)
 
 
-_EXPORTER = Catching()
+def _exporter() -> Catching:
+    """The exporter the process's provider sends spans to, set up by the first caller.
 
-
-def _provider() -> None:
-    if isinstance(trace.get_tracer_provider(), TracerProvider):
-        return
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    trace.set_tracer_provider(provider)
+    Kept on the provider, not in this module: pytest imports this file as ``conftest``,
+    and a test module that imports its fixture imports it again, under its package name.
+    """
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    caught: Catching | None = getattr(provider, "caught_by_tests", None)
+    if caught is None:
+        caught = Catching()
+        provider.add_span_processor(SimpleSpanProcessor(caught))
+        provider.caught_by_tests = caught  # type: ignore[attr-defined]  # one per process
+    return caught
 
 
 @pytest.fixture
 def spans() -> Iterator[Catching]:
     """The in-memory exporter, catching the spans this test makes (content off)."""
-    _provider()
-    _EXPORTER.clear()
-    _EXPORTER.listening = True
+    caught = _exporter()
+    caught.clear()
+    caught.listening = True
     trace_content(False)
-    yield _EXPORTER
-    _EXPORTER.listening = False
-    _EXPORTER.clear()
+    yield caught
+    caught.listening = False
+    caught.clear()
     trace_content(False)

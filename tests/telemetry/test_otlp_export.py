@@ -68,3 +68,16 @@ def test_without_the_sdk_an_export_asked_for_is_one_warning_and_the_run_goes_on(
         "taskdecomp: warning: the OpenTelemetry SDK is not installed; "
         "pip install 'taskdecomp[otel]'; spans are not exported"
     ]
+
+
+def test_console_spans_go_to_stderr_and_leave_json_output_whole(tmp_path: Path) -> None:
+    script = tmp_path / "model.json"
+    script.write_text(json.dumps([seed_plan(), "Net sales were $26,825."]))
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "console"}
+    argv = ["run", SEED_GOAL, "--tools", str(SALES_TOOLS), "--model", f"scripted:{script}"]
+    done = subprocess.run(
+        [*CHILD, *argv, "--json"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stop_reason"] == "success"  # stdout is the JSON alone
+    assert '"name": "invoke_agent plan_execute"' in done.stderr  # the spans were printed

@@ -68,6 +68,8 @@ def test_a_plan_execute_run_is_one_tree_of_model_and_tool_spans(spans: Catching)
     assert attributes["taskdecomp.status"] == "ok"
     assert attributes["taskdecomp.run.id"] == result.run_id
     assert attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert top.name == f"invoke_agent {attributes['gen_ai.agent.name']}"  # as the conventions say
+    assert attributes["taskdecomp.strategy"] == "plan_execute"
     assert top.status.status_code == StatusCode.UNSET
 
     plan_call, combine_call = named(caught, "chat")
@@ -108,8 +110,18 @@ def test_content_is_traced_with_the_flag_and_secrets_never_are(
     tool_span = named(caught, "execute_tool")[1]
     assert json.loads(tool_span.attributes["gen_ai.tool.call.arguments"]) == {"word": "fig"}
     assert json.loads(tool_span.attributes["gen_ai.tool.call.result"]) == {"letters": 3}
-    plan_call = named(caught, "chat")[0]
-    assert "max_plan_steps" in plan_call.attributes["gen_ai.input.messages"]
+    plan_call, answer_call = named(caught, "chat")
+    sent = json.loads(plan_call.attributes["gen_ai.input.messages"])
+    assert [m["role"] for m in sent] == ["system", "user"]
+    assert [[part["type"] for part in m["parts"]] for m in sent] == [["text"], ["text"]]
+    assert "max_plan_steps" in sent[1]["parts"][0]["content"]
+    assert json.loads(answer_call.attributes["gen_ai.output.messages"]) == [
+        {
+            "role": "assistant",
+            "parts": [{"type": "text", "content": "done, [redacted]"}],
+            "finish_reason": "stop",
+        }
+    ]
     assert "Count the letters" in one(caught, "invoke_agent").attributes["taskdecomp.goal"]
     everything = text_of(caught)
     assert "[redacted]" in everything
@@ -308,4 +320,98 @@ def test_a_pause_for_approval_and_the_approval_are_spans(spans: Catching, tmp_pa
     approval = one(caught, "approval")
     assert approval.attributes["taskdecomp.approval.approved"] is True
     assert parent_of(caught, approval) is one(caught, "invoke_agent")
+    store.close()
+
+
+def test_steps_started_while_the_plan_streams_are_children_of_the_run(spans: Catching) -> None:
+    words = ("apple", "fig", "kiwi", "plum", "pear")
+    plan = plan_of(*(step(n, "count", {"word": w}, depends_on=[]) for n, w in enumerate(words, 1)))
+    model = ScriptedModel(rules=[("available_tools", plan)], default="apple", stream_ms=400)
+    result = run_sync(GOAL, tools=tools(), model=model, stream_plan=True)
+    assert result.status == "ok", result.message
+
+    caught = spans.get_finished_spans()
+    top, planner = one(caught, "invoke_agent"), named(caught, "chat")[0]
+    calls = named(caught, "execute_tool")
+    assert len(calls) == 5
+    assert any(call.start_time < planner.end_time for call in calls)  # some started early
+    assert [parent_of(caught, call) for call in calls] == [top] * 5, drawn(caught)
+
+
+def echo_tools() -> list[Any]:
+    @tool(side_effects="read_only")
+    def echo(word: str) -> dict[str, str]:
+        """Say a word back."""
+        return {"said": word}
+
+    return [echo]
+
+
+def forms(secret: str) -> list[str]:
+    """A secret as it is, and as JSON writes it inside a string (escaped, or ASCII-escaped)."""
+    return [secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]]
+
+
+@pytest.mark.parametrize("secret", ["pässwörd-0123456789", 'pass"word-0123', "pass\\word-0123"])
+def test_a_secret_json_would_escape_is_redacted_in_traced_content(
+    spans: Catching, monkeypatch: pytest.MonkeyPatch, secret: str
+) -> None:
+    monkeypatch.setenv("BILLING_API_KEY", secret)
+    trace_content(True)
+    words = (secret, "fig", "kiwi")
+    plan = plan_of(*(step(n, "echo", {"word": w}) for n, w in enumerate(words, start=1)))
+    model = ScriptedModel(responses=[plan, f"the key is {secret}"])
+    result = run_sync(f"{GOAL} with {secret}", tools=echo_tools(), model=model)
+    assert result.status == "ok", result.message
+
+    caught = spans.get_finished_spans()
+    first = named(caught, "execute_tool")[0]
+    assert json.loads(first.attributes["gen_ai.tool.call.arguments"]) == {"word": "[redacted]"}
+    assert json.loads(first.attributes["gen_ai.tool.call.result"]) == {"said": "[redacted]"}
+    everything = text_of(caught)
+    assert [form for form in forms(secret) if form in everything] == []
+
+
+def test_without_content_a_secret_in_arguments_and_observations_is_in_no_span(
+    spans: Catching, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    words = (SECRET, f"say {SECRET}", "kiwi")
+    plan = plan_of(*(step(n, "echo", {"word": w}) for n, w in enumerate(words, start=1)))
+    model = ScriptedModel(responses=[plan, f"the key is {SECRET}"])
+    result = run_sync(f"{GOAL} with {SECRET}", tools=echo_tools(), model=model)
+    assert result.status == "ok", result.message
+
+    caught = spans.get_finished_spans()
+    assert len(named(caught, "execute_tool echo")) == 3
+    assert SECRET not in text_of(caught)
+    assert SECRET not in "".join(str(s.to_json()) for s in caught)  # names and events too
+
+
+def test_an_approval_inside_a_callers_span_is_its_child_and_links_to_the_first_trace(
+    spans: Catching, tmp_path: Path
+) -> None:
+    from opentelemetry import trace
+
+    from taskdecomp import approve_sync
+
+    @tool(side_effects="unsafe", needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return f"paid {amount}"
+
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    plan = plan_of(*(step(n, "pay", {"amount": n}) for n in (1, 2, 3)))
+    paused = run_sync(GOAL, tools=[pay], model=ScriptedModel(responses=[plan, "paid"]), store=store)
+    assert paused.status == "paused"
+    first = one(spans.get_finished_spans(), "invoke_agent")
+    spans.clear()
+
+    with trace.get_tracer("a caller").start_as_current_span("handle request") as mine:
+        approve_sync(paused.run_id, store=store, tools=[pay], model=ScriptedModel(responses=["ok"]))
+    caught = spans.get_finished_spans()
+    segment = one(caught, "invoke_agent")
+    assert parent_of(caught, segment) is one(caught, "handle request")
+    assert segment.context.trace_id == mine.get_span_context().trace_id
+    assert [link.context.span_id for link in segment.links] == [first.context.span_id]
     store.close()

@@ -21,7 +21,7 @@ from taskdecomp.mcpserver.config import MCPConfig
 from taskdecomp.mcpserver.schemas import BudgetIn, DecomposeOut, RunOut, TreeOut, strict
 from taskdecomp.models import Model, resolve_model
 from taskdecomp.run import RunId
-from taskdecomp.store import SqlStore
+from taskdecomp.store import SqlStore, StoredRun
 from taskdecomp.strategies import registry
 from taskdecomp.tree import PlanTree, PlanTreeId
 
@@ -62,6 +62,7 @@ class Operations:
         """
         chosen = strategy or ("tree" if plan_id is not None else "plan_execute")
         _check_options(chosen, options)
+        self._check_allow(allow)
         output_type = None
         if answer_schema is not None:
             from taskdecomp.answertype import answer_type
@@ -95,13 +96,22 @@ class Operations:
     ) -> RunOut:
         """Approve what paused run ``run_id`` waits for, and continue it until it ends or waits.
 
+        The run continues with this server's toolset, so one started with another (by
+        ``taskdecomp run``, say) is refused: ``taskdecomp approve`` continues it with its own.
+
         Raises:
             RunNotFoundError: no run has this id.
             RunLeasedError: another process holds the run.
-            ConfigError: the run is not paused, or waits for another approval than
-                ``approval_id``.
+            ConfigError: the run is not paused, waits for another approval than
+                ``approval_id``, or was started with another toolset than this server's.
         """
-        self._waits_for(run_id, approval_id)
+        stored = self._waits_for(run_id, approval_id)
+        served = self.config.toolset.source
+        if stored.tools != served:
+            raise ConfigError(
+                f"run {run_id!r} was started with toolset {stored.tools!r}, not this server's "
+                f"{served!r}; approve it with: taskdecomp approve {run_id}"
+            )
         result = await approve(
             run_id,
             tools=self.config.toolset,
@@ -172,8 +182,22 @@ class Operations:
         except ValueError as exc:
             raise ConfigError(f"budget refused: {exc}") from None
 
-    def _waits_for(self, run_id: str, approval_id: str | None) -> None:
-        """Refuse an approval id other than the one the run waits for.
+    def _check_allow(self, allow: list[str] | None) -> None:
+        """Refuse an ``allow`` that names a tool the toolset lacks.
+
+        Raises:
+            ConfigError: it does.
+        """
+        unknown = sorted(set(allow or ()) - set(self.config.toolset))
+        if unknown:
+            offered = ", ".join(self.config.toolset) or "(none)"
+            raise ConfigError(
+                f"allow names {', '.join(map(repr, unknown))}, which the toolset does not "
+                f"offer; its tools: {offered}"
+            )
+
+    def _waits_for(self, run_id: str, approval_id: str | None) -> StoredRun:
+        """The paused run ``run_id``, refusing an approval id other than the one it waits for.
 
         Raises:
             RunNotFoundError: no run has this id.
@@ -192,6 +216,7 @@ class Operations:
                 f"run {run_id!r} waits for approval {pending.get('digest')!r}, not "
                 f"{approval_id!r}; read what it waits for with get_run"
             )
+        return stored
 
 
 def _check_options(strategy: str, options: Mapping[str, Any] | None) -> None:

@@ -22,7 +22,7 @@ from taskdecomp.stops import CANCELLED
 from taskdecomp.store.sql import SqlStore
 from taskdecomp.strategies import registry
 from taskdecomp.strategies.replan import ReplanOptions
-from taskdecomp.telemetry import propagation
+from taskdecomp.telemetry import propagation, spans
 
 logger = logging.getLogger(__name__)
 
@@ -96,21 +96,25 @@ def submit(
         options=chosen.encode(settings),
         answer_schema=answer_schema,
     )
-    config: dict[str, Any] = {**new.config, "queue": {"allow_all": allow is None}}
-    config.update(propagation.submitted(new.run_id, chosen.name))  # the worker's run continues it
-    new = type(new)(run_id=new.run_id, goal=goal, model=model, tools=tools, config=config)
-    run_id, fresh = store.submit_run(new, queue=queue, idempotency_key=idempotency_key)
-    try:
-        engine.enqueue(client or engine.shared_client(system), run_id, queue=queue, delivery=run_id)
-    except Exception as exc:
-        logger.warning(
-            "run %s is stored but not yet queued (%s); a worker's sweep delivers it",
-            run_id,
-            " ".join(str(exc).split())[:300],
-        )
-        return run_id, fresh
-    if fresh:  # a run submitted before keeps the delivery it has
-        wakeup.announce(store, run_id, queue=queue, delivery=run_id)  # a worker takes it now
+    with propagation.submitting(chosen.name) as span:
+        config: dict[str, Any] = {**new.config, "queue": {"allow_all": allow is None}}
+        config.update(propagation.carried(span))  # the worker's run continues it
+        new = type(new)(run_id=new.run_id, goal=goal, model=model, tools=tools, config=config)
+        run_id, fresh = store.submit_run(new, queue=queue, idempotency_key=idempotency_key)
+        span.set_attribute(spans.RUN_ID, run_id)  # the first run's, for a key submitted again
+        try:
+            engine.enqueue(
+                client or engine.shared_client(system), run_id, queue=queue, delivery=run_id
+            )
+        except Exception as exc:
+            logger.warning(
+                "run %s is stored but not yet queued (%s); a worker's sweep delivers it",
+                run_id,
+                " ".join(str(exc).split())[:300],
+            )
+            return run_id, fresh
+        if fresh:  # a run submitted before keeps the delivery it has
+            wakeup.announce(store, run_id, queue=queue, delivery=run_id)  # a worker takes it now
     return run_id, fresh
 
 

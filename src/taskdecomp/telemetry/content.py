@@ -8,6 +8,7 @@ run's redactor first (:mod:`taskdecomp.redact`): a secret never reaches a span.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -31,10 +32,31 @@ def tracing_content() -> bool:
 
 
 def text(value: Any, redactor: Redactor | None) -> str:
-    """``value`` as an attribute: JSON (strings as they are), secrets replaced, cut short."""
+    """``value`` as an attribute: JSON (strings as they are), secrets replaced, cut short.
+
+    Secrets are replaced in the value before it is written as JSON (which would escape a
+    quote, a backslash or a non-ASCII character in one), then in the text, as they are and
+    as JSON escapes them (a prompt may hold a JSON text already).
+    """
     secrets = redactor if redactor is not None else Redactor.from_environ()
-    raw = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
-    shown = secrets.text(raw)
+    clean = secrets.value(value)
+    raw = (
+        clean
+        if isinstance(clean, str)
+        else json.dumps(clean, default=str, sort_keys=True, ensure_ascii=False)
+    )
+    shown = _escaped(secrets).text(raw) if secrets else raw
     if len(shown) > MAX_CHARS:
         return f"{shown[:MAX_CHARS]}... [{len(shown) - MAX_CHARS} more characters]"
     return shown
+
+
+@functools.lru_cache(maxsize=8)
+def _escaped(secrets: Redactor) -> Redactor:
+    """A redactor of ``secrets``' values, as they are and as a JSON string writes them."""
+    forms = [
+        form
+        for secret in secrets.secrets
+        for form in (secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1])
+    ]
+    return Redactor.of(forms)

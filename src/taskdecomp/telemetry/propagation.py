@@ -4,13 +4,14 @@ A run stores its first trace's context in its config, under ``"trace"`` (a
 ``traceparent``, and a ``tracestate`` when there is one): ``run`` stores its own span's,
 ``submit`` and ``POST /runs`` the submitter's. The first segment a queue worker (or the
 service) runs is a child of it, so a queued run continues its submitter's trace across
-processes; every later segment (a resume, an approval) starts a trace of its own, linked
-to it.
+processes; every later segment (a resume, an approval) links to it, in a trace of its own
+unless a span of the caller's is current (a library user's), whose child it then is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import trace
@@ -66,14 +67,14 @@ def links(config: Mapping[str, Any]) -> list[Link]:
     return [Link(found, {"taskdecomp.link": "first_trace"})] if found is not None else []
 
 
-def submitted(run_id: str, strategy: str) -> dict[str, Any]:
-    """A ``submit <strategy>`` span for a run handed to a queue, as ``{"trace": headers}``.
+@contextmanager
+def submitting(strategy: str) -> Iterator[Span]:
+    """The ``submit <strategy>`` span of a run handed to a queue, current while it is.
 
-    Merged into the queued run's config: the worker's span of the run is its child, so the
-    run continues the submitter's trace (``{}`` when spans are not recorded).
+    Open it around storing and enqueueing the run: merge :func:`carried` of it into the
+    queued run's config (the worker's span of the run is its child, so the run continues
+    the submitter's trace) and set ``taskdecomp.run.id`` to the id the store returned (a
+    second submit of an idempotency key names the first run). A failure is recorded on it.
     """
-    attributes = {"taskdecomp.run.id": run_id, "taskdecomp.strategy": strategy}
-    with spans.tracer().start_as_current_span(
-        f"submit {strategy}", attributes=attributes
-    ) as current:
-        return carried(current)
+    with spans.span(f"submit {strategy}", {"taskdecomp.strategy": strategy}) as current:
+        yield current

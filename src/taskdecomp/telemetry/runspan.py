@@ -35,6 +35,9 @@ SEGMENT = "taskdecomp.segment"
 class RunSpan:
     """The span of a run's segment: ``invoke_agent <strategy>``.
 
+    The strategy is the agent's name (``gen_ai.agent.name``), as the GenAI conventions name
+    the span ``invoke_agent {gen_ai.agent.name}``.
+
     Args:
         ctx: the run.
         strategy: its strategy's name.
@@ -77,7 +80,7 @@ class RunSpan:
         links = propagation.links(stored) if parent is None else []
         attributes: dict[str, Any] = {
             spans.OPERATION: "invoke_agent",
-            AGENT: "taskdecomp",
+            AGENT: self._strategy,  # the span is invoke_agent {gen_ai.agent.name}
             spans.RUN_ID: ctx.run_id,
             STRATEGY: self._strategy,
             SEGMENT: self._segment,

@@ -4,7 +4,7 @@ With the ``otel`` extra installed and ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, or ``OTEL_TRACES_EXPORTER``) set, :func:`configure`
 sets up the SDK: a ``TracerProvider`` (``service.name`` ``taskdecomp`` unless
 ``OTEL_SERVICE_NAME`` or ``OTEL_RESOURCE_ATTRIBUTES`` names one), a
-``BatchSpanProcessor`` and the OTLP/HTTP exporter (or the console one, for
+``BatchSpanProcessor`` and the OTLP/HTTP exporter (or the console one, on stderr, for
 ``OTEL_TRACES_EXPORTER=console``), flushed when the process exits. The exporter reads its
 own variables (endpoint, headers, timeout). Without the extra: one warning line, and no
 export. A process that has set up its own provider keeps it.
@@ -81,7 +81,7 @@ def _exporter(environ: Mapping[str, str]) -> Any:
     if first == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-        return ConsoleSpanExporter()
+        return ConsoleSpanExporter(out=sys.stderr)  # stdout is --json's, or a JSON-RPC stream
     if first != "otlp":
         warn(f"OTEL_TRACES_EXPORTER={name!r} is not supported; use one of: {', '.join(EXPORTERS)}")
         return None

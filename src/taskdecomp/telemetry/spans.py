@@ -145,7 +145,10 @@ class ModelCall:
             if response.finish_reason:
                 current.set_attribute(FINISH_REASONS, [response.finish_reason])
             if content.tracing_content():
-                current.set_attribute(OUTPUT_MESSAGES, content.text(response.text, self._redactor))
+                answer: dict[str, Any] = {"role": "assistant", "parts": _parts(response.text)}
+                if response.finish_reason:
+                    answer["finish_reason"] = response.finish_reason
+                current.set_attribute(OUTPUT_MESSAGES, content.text([answer], self._redactor))
         return response
 
 
@@ -155,14 +158,24 @@ def model_call(
 ) -> Iterator[ModelCall]:
     """The span of a call to ``model`` (``chat <model>``), with its phase.
 
-    With content on, the request's messages are recorded (``gen_ai.input.messages``).
+    With content on, the request's messages are recorded (``gen_ai.input.messages``), and
+    the answer (``gen_ai.output.messages``), in the GenAI conventions' message format.
     """
     provider, name = provider_and_model(model.name)
     attributes = {OPERATION: "chat", PROVIDER: provider, REQUEST_MODEL: name, PHASE: request.phase}
     with span(f"chat {name}", attributes, kind=SpanKind.CLIENT, redactor=redactor) as current:
         if content.tracing_content() and current.is_recording():
-            current.set_attribute(INPUT_MESSAGES, content.text(list(request.messages), redactor))
+            messages = [
+                {"role": message["role"], "parts": _parts(message["content"])}
+                for message in request.messages
+            ]
+            current.set_attribute(INPUT_MESSAGES, content.text(messages, redactor))
         yield ModelCall(current, redactor)
+
+
+def _parts(text: str) -> list[dict[str, str]]:
+    """A message's text as the GenAI conventions' ``parts``."""
+    return [{"type": "text", "content": text}]
 
 
 class ToolCall:

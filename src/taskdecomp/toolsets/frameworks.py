@@ -81,8 +81,9 @@ def schema_tool(
             "parameters"}}`` or the bare ``{"name", "description", "parameters"}``;
             ``parameters`` is the JSON schema of the arguments (checked with ``jsonschema``,
             the ``tools`` extra, before every call).
-        fn: called with the arguments as keywords, sync (in a worker thread) or async. A
-            parameter ``idempotency_key`` receives the step's key, as for any tool.
+        fn: called with the arguments as keywords, sync (in a worker thread) or async (an
+            async function, or an object with an async ``__call__``). A parameter
+            ``idempotency_key`` receives the step's key, as for any tool.
         side_effects: ``"unsafe"`` (the default: what it does is not known),
             ``"idempotent"`` or ``"read_only"``.
         timeout: seconds before a call ends with ``tool_timeout:<name>``.
@@ -234,13 +235,18 @@ def _spec(
         description=options.description or description or name,
         timeout=options.timeout if options.timeout is not None else timeout,
         side_effects=options.side_effects,
-        is_async=inspect.iscoroutinefunction(fn),
+        is_async=_is_async(fn),
         takes_idempotency_key=takes_idempotency_key,
         needs_approval=options.needs_approval or needs_approval,
         retries=options.retries,
         backoff_s=options.backoff_s,
         **schema,
     )
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` makes a coroutine (an async function, or an async ``__call__``)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
 def _shown(item: Any) -> str:

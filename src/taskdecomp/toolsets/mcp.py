@@ -7,7 +7,9 @@ class comes from its annotations (``readOnlyHint``: ``read_only``, ``idempotentH
 ``idempotent``, anything else ``unsafe``, so a resume never runs an unknown tool twice),
 unless the user says otherwise. A call's observation is the result's ``structuredContent``
 when the server gives one, else its text; an ``isError`` result is ``tool_error:<name>``
-with the server's message. Sessions: :mod:`taskdecomp.toolsets.mcp_client`.
+with the server's message. A tool whose ``inputSchema`` cannot be used (not a valid JSON
+schema, or a ``$ref`` outside it) is left out, in :attr:`~taskdecomp.tools.Toolset.skipped`
+with the reason; the server's other tools stay. Sessions: :mod:`taskdecomp.toolsets.mcp_client`.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def mcp_toolset(server: MCPServer) -> Toolset:
 
     Raises:
         ToolsetError: the ``mcp`` extra is missing, the server cannot be started or listed,
-            an override names a tool it does not list, or it lists no tool.
+            an override names a tool it does not list, or it lists no usable tool.
     """
     try:
         import mcp  # noqa: F401 (only to say which extra is missing)
@@ -58,17 +60,19 @@ def mcp_toolset(server: MCPServer) -> Toolset:
         raise ToolsetError(
             "MCP toolsets need the official MCP SDK: pip install 'taskdecomp[mcp]'"
         ) from None
-    from taskdecomp.toolsets.mcp_client import list_tools, on_host_sync
+    from taskdecomp.toolsets.mcp_client import ServerGone, list_tools, log_path, on_host_sync
 
     log_dir = server_log_dir()
     try:
         listed = on_host_sync(lambda: _bounded(list_tools(server, log_dir)))
     except ToolsetError:
         raise
+    except ServerGone as exc:  # says where the server's stderr is
+        raise ToolsetError(f"cannot list the tools of MCP server {server.label!r}: {exc}") from None
     except Exception as exc:
         raise ToolsetError(
             f"cannot list the tools of MCP server {server.label!r}: {_message(exc)} "
-            f"(its stderr is in {str(log_dir)!r})"
+            f"(its stderr is in {str(log_path(log_dir, server))!r})"
         ) from None
     names = [tool.name for tool in listed]
     for option, asked in (
@@ -83,7 +87,17 @@ def mcp_toolset(server: MCPServer) -> Toolset:
             )
     if not listed:
         raise ToolsetError(f"MCP server {server.label!r} offers no tool")
-    return Toolset((tool_spec(server, tool, log_dir) for tool in listed), source=server.source)
+    specs: list[ToolSpec] = []
+    skipped: dict[str, str] = {}
+    for tool in listed:
+        try:
+            specs.append(tool_spec(server, tool, log_dir))
+        except ToolsetError as exc:  # its inputSchema: the server's other tools still serve
+            skipped[server.tool_name(tool.name)] = f"MCP server {server.label!r}: {exc}"
+    if not specs:
+        reasons = "; ".join(skipped.values())
+        raise ToolsetError(f"MCP server {server.label!r} offers no usable tool: {reasons}")
+    return Toolset(specs, source=server.source, skipped=skipped)
 
 
 def tool_spec(server: MCPServer, tool: Tool, log_dir: Path) -> ToolSpec:
@@ -181,8 +195,9 @@ def _described(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _message(exc: BaseException) -> str:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
+    from taskdecomp.toolsets.mcp_client import root_failure
+
+    exc = root_failure(exc)
     text = " ".join(str(exc).split())
     if isinstance(exc, TimeoutError):
         return f"no answer within {LIST_SECONDS:g}s"

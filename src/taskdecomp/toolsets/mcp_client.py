@@ -6,7 +6,15 @@ process. So the sessions live on one daemon thread with its own loop, started on
 list or call; callers submit coroutines there and await them from their own loop, and a
 caller that is cancelled (a timeout, the deadline, Ctrl-C) cancels its call. Each session is
 opened lazily, kept by its server's launch spec, and closed at exit (its process ended). A
-server that dies fails the call in flight and is started again by the next one.
+server that dies fails the call in flight and is started again by the next one; one that does
+not finish its handshake in time is ended, and the next call starts it again. A call that
+fails for any other reason (an answer the SDK refuses, say) is that tool's error only: the
+session stays.
+
+The SDK's client loggers (``mcp.client.*``, and ``client`` for its session) write to the log
+of the server they concern, beside its stderr, instead of the terminal: a server that prints
+to stdout makes the SDK log a traceback per line. A record no session owns reaches this
+module's logger as one line.
 
 The official ``mcp`` SDK is imported here only, when the first session opens.
 """
@@ -17,6 +25,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import contextvars
 import logging
 import re
 import threading
@@ -36,10 +45,19 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CONNECT_SECONDS = 60.0
-"""How long a server may take to start and answer the handshake."""
+"""How long a server may take to start and answer the handshake (or an HTTP connection to
+open: an HTTP call may take as long as the tool's own timeout lets it)."""
 
 CLOSE_SECONDS = 10.0
 """How long closing every session at exit may take."""
+
+CLIENT_LOGGERS = ("mcp.client", "client")
+"""The SDK's loggers on the client side (its session logs as ``client``)."""
+
+_server_log: contextvars.ContextVar[TextIO | None] = contextvars.ContextVar(
+    "taskdecomp_mcp_server_log", default=None
+)
+"""The log file of the server whose session the current task serves."""
 
 
 class ServerGone(Exception):
@@ -56,6 +74,8 @@ class _Session:
     def __init__(self, server: MCPServer, log_dir: Path) -> None:
         self.server = server
         self.log_dir = log_dir
+        self.log_path = log_path(log_dir, server)
+        self.errlog: TextIO | None = None
         self.client: Client | None = None
         self.ready = asyncio.Event()
         self.dead = asyncio.Event()
@@ -70,15 +90,18 @@ class _Session:
 
         try:
             with _log_file(self.log_dir, self.server) as errlog:
+                self.errlog = errlog
+                _server_log.set(errlog)  # the SDK's tasks for this session inherit it
                 async with Client(_transport(self.server, errlog)) as client:
                     self.client = client
                     self.ready.set()
                     await self._closing.wait()
         except BaseException as exc:  # the process ended, the handshake failed, ...
-            self.failure = exc
+            self.failure = self.failure or exc
             logger.debug("MCP server %s ended", self.server.label, exc_info=True)
         finally:
             self.client = None
+            self.errlog = None
             self.dead.set()
             self.ready.set()
 
@@ -89,20 +112,28 @@ class _Session:
             ServerGone: the server could not be started or reached.
         """
         try:
-            await asyncio.wait_for(self.ready.wait(), CONNECT_SECONDS)
+            await asyncio.wait_for(asyncio.shield(self.ready.wait()), CONNECT_SECONDS)
         except TimeoutError:
-            self.close()
-            raise ServerGone(
-                f"MCP server {self.server.label} did not answer within {CONNECT_SECONDS:g}s"
-            ) from None
+            await self.abandon(TimeoutError(f"no answer within {CONNECT_SECONDS:g}s"))
         if self.client is None:
             raise ServerGone(
-                f"MCP server {self.server.label} could not be started: {_why(self.failure)}"
+                f"MCP server {self.server.label} could not be started: {_why(self.failure)} "
+                f"(its stderr is in {str(self.log_path)!r})"
             )
         return self.client
 
+    async def abandon(self, why: BaseException) -> None:
+        """End a session that never got ready: its process is ended as the task unwinds."""
+        if self.ready.is_set():
+            return
+        self.failure = self.failure or why
+        self.broken = True
+        self.task.cancel()
+        await asyncio.wait({self.task}, timeout=CLOSE_SECONDS)
+
     async def until_dead(self, work: Awaitable[T]) -> T:
         """``work``'s result, or :class:`ServerGone` when the session ends first."""
+        _server_log.set(self.errlog)  # what the SDK logs about the call goes there too
         job = asyncio.ensure_future(work)
         dead = asyncio.ensure_future(self.dead.wait())
         try:
@@ -114,7 +145,7 @@ class _Session:
         failure = self.failure
         if job.done() and not job.cancelled():
             failure = job.exception()
-            if failure is None or not _lost(failure):
+            if failure is None or not (self.dead.is_set() or _lost(failure)):
                 return job.result()
             self.broken = True  # the next call starts the server again
             self.close()
@@ -143,6 +174,7 @@ class _Host:
         """Run ``coro`` on the background loop, starting it on first use."""
         with self._lock:
             if self._loop is None:
+                _route_client_logs()
                 self._loop = asyncio.new_event_loop()
                 self._thread = threading.Thread(
                     target=self._loop.run_forever, name="taskdecomp-mcp", daemon=True
@@ -167,7 +199,7 @@ class _Host:
         if loop is None or thread is None:
             return
         try:
-            asyncio.run_coroutine_threadsafe(self._close_all(), loop).result(CLOSE_SECONDS)
+            asyncio.run_coroutine_threadsafe(self._close_all(), loop).result(3 * CLOSE_SECONDS)
         except Exception:  # at exit: a server that will not stop must not hang the process
             logger.debug("closing MCP sessions failed", exc_info=True)
         loop.call_soon_threadsafe(loop.stop)
@@ -179,8 +211,15 @@ class _Host:
         sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
             session.close()
-        if sessions:
-            await asyncio.wait([session.task for session in sessions], timeout=CLOSE_SECONDS)
+            if not session.ready.is_set():  # still starting: it would never see the close
+                session.task.cancel()
+        tasks = [session.task for session in sessions]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=CLOSE_SECONDS)
+            for task in pending:  # a server that will not stop: end it the hard way
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=CLOSE_SECONDS)
 
 
 HOST = _Host()
@@ -247,18 +286,24 @@ async def _over_http(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
+    timeout = httpx2.Timeout(CONNECT_SECONDS, read=None)  # a call ends at the tool's timeout
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=CONNECT_SECONDS) as http,
+        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
         streamable_http_client(url, http_client=http) as streams,
     ):
         yield streams
 
 
+def log_path(log_dir: Path, server: MCPServer) -> Path:
+    """Where the server's stderr goes: ``LOG_DIR/mcp-<command or host>.log``."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", server.label)[:60].strip("-.") or "server"
+    return log_dir / f"mcp-{slug}.log"
+
+
 @contextlib.contextmanager
 def _log_file(log_dir: Path, server: MCPServer) -> Iterator[TextIO]:
-    """The server's stderr log: appended to ``LOG_DIR/mcp-<command or host>.log``."""
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", server.label)[:60].strip("-.") or "server"
-    path = log_dir / f"mcp-{slug}.log"
+    """The server's stderr log, appended to :func:`log_path`."""
+    path = log_path(log_dir, server)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed below)
@@ -268,22 +313,77 @@ def _log_file(log_dir: Path, server: MCPServer) -> Iterator[TextIO]:
         yield file
 
 
+class _ToServerLog(logging.Handler):
+    """Writes an SDK client record to the log of the server it concerns."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        file = _server_log.get()
+        if file is None or file.closed:
+            if record.levelno >= logging.WARNING:
+                logger.log(record.levelno, "MCP client: %s", record.getMessage())
+            return
+        try:
+            file.write(self.format(record) + "\n")
+            file.flush()
+        except (OSError, ValueError):  # the file was closed meanwhile
+            pass
+
+
+def _route_client_logs() -> None:
+    """Send the SDK's client loggers to the servers' logs, not the terminal (once)."""
+    for name in CLIENT_LOGGERS:
+        sdk = logging.getLogger(name)
+        if not any(isinstance(handler, _ToServerLog) for handler in sdk.handlers):
+            handler = _ToServerLog()
+            handler.setFormatter(
+                logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s")
+            )
+            sdk.addHandler(handler)
+            sdk.propagate = False
+
+
 def _lost(failure: BaseException) -> bool:
-    """Whether a call's failure means the connection is gone (not the server's answer)."""
+    """Whether a call's failure means the connection is gone (not the server's answer).
+
+    A closed connection, a closed or broken stream, an OS or HTTP transport error: the
+    session is over. Anything else (the server's protocol error, an answer the SDK refuses
+    as breaking the tool's ``outputSchema``) is the call's own failure.
+    """
+    import anyio
+    import httpx2
     from mcp import MCPError
     from mcp.types import CONNECTION_CLOSED
 
-    return not isinstance(failure, MCPError) or failure.code == CONNECTION_CLOSED
+    root = root_failure(failure)
+    if isinstance(root, MCPError):
+        return root.code == CONNECTION_CLOSED
+    gone = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
+    return isinstance(root, (*gone, OSError, httpx2.TransportError))
+
+
+def root_failure(failure: T) -> T:
+    """The first failure an exception group holds, however deeply (the SDK nests them)."""
+    while isinstance(failure, BaseExceptionGroup) and failure.exceptions:
+        failure = failure.exceptions[0]  # type: ignore[assignment]
+    return failure
 
 
 def _why(failure: BaseException | None) -> str:
     """The root of a failure in a line: the SDK wraps it in exception groups."""
-    while isinstance(failure, BaseExceptionGroup) and failure.exceptions:
-        failure = failure.exceptions[0]
+    failure = root_failure(failure)
     if failure is None:
         return "its connection closed"
     text = str(failure).strip().splitlines()[0] if str(failure).strip() else ""
     return f"{type(failure).__name__}: {text}" if text else type(failure).__name__
 
 
-__all__ = ["HOST", "ServerGone", "call_tool", "list_tools", "on_host", "on_host_sync"]
+__all__ = [
+    "HOST",
+    "ServerGone",
+    "call_tool",
+    "list_tools",
+    "log_path",
+    "on_host",
+    "on_host_sync",
+    "root_failure",
+]

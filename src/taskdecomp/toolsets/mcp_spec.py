@@ -11,11 +11,15 @@ command, or after the URL, and each is one ``--NAME=VALUE`` word:
 - ``--needs-approval=TOOL``: pause the run for a human before each call of TOOL;
 - ``--timeout=SECONDS``: end a call that takes longer with ``tool_timeout:<name>``;
 - ``--env=NAME=VALUE`` or ``--env=NAME`` (copied from this environment), ``--cwd=DIR``: the
-  stdio server's environment and directory;
+  stdio server's environment and directory (this one when not given: the stored text says
+  which, so a resume from elsewhere starts the server where the run did);
 - ``--header=NAME:VALUE``: an HTTP header.
 
 A value may name variables as ``${NAME}``, read when the server is started or reached: the
-text is stored with a run, the secret is not.
+text is stored with a run, the variable's value is not. A value written out in full is
+stored as written. Every ``--env`` and ``--header`` value, as the server receives it, is a
+secret to the redactor (:func:`taskdecomp.redact.declare_value`): a server that repeats it
+in an answer or an error does not put it in the run's events, trace or messages.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ OPTIONS = ("prefix", "side-effects", "needs-approval", "timeout", "env", "cwd", 
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_UNSAFE_IN_URL = re.compile(r"[\s'\"\\]")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,9 +61,14 @@ class MCPServer:
         args: its arguments.
         env: variables for it, over the SDK's safe defaults (``PATH``, ``HOME``, ...); a
             value may hold ``${NAME}``, read from this process's environment at launch.
-        cwd: its working directory.
-        url: a streamable HTTP endpoint (``http://`` or ``https://``) instead of a command.
-        headers: HTTP headers for ``url``; values may hold ``${NAME}`` too.
+            A value written out is stored with a run's toolset text: put secrets in
+            ``${NAME}``. Every value is redacted from what a run records.
+        cwd: its working directory; default (and a relative one is taken from) this
+            process's, when the server is described.
+        url: a streamable HTTP endpoint (``http://`` or ``https://``) instead of a command,
+            with no whitespace, quotes or backslashes (percent-encode them).
+        headers: HTTP headers for ``url``; values may hold ``${NAME}`` too, and are
+            redacted as ``env`` values are.
         prefix: names the tools ``PREFIX_tool``, so two servers may offer one name.
         side_effects: a side-effect class per tool (by the server's name for it), over the
             one its annotations give (``readOnlyHint``: ``read_only``, ``idempotentHint``:
@@ -92,10 +102,17 @@ class MCPServer:
             raise ToolsetError("an MCP server needs exactly one of command= and url=")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ToolsetError(f"MCP server url {self.url!r} must start with http:// or https://")
+        if self.url is not None and _UNSAFE_IN_URL.search(self.url):
+            raise ToolsetError(
+                f"MCP server url {self.url!r} has whitespace, a quote or a backslash; "
+                "percent-encode it"
+            )
         if self.url is not None and (self.args or self.env or self.cwd):
             raise ToolsetError("args=, env= and cwd= are for a command, not a url")
         if self.command is not None and self.headers:
             raise ToolsetError("headers= are for a url, not a command")
+        if self.command is not None:  # relative paths of the command mean this directory
+            object.__setattr__(self, "cwd", os.path.abspath(self.cwd or os.getcwd()))
         if self.prefix is not None and not _NAME.match(self.prefix):
             raise ToolsetError(
                 f"MCP prefix {self.prefix!r} must be letters, digits and _ (e.g. 'fs')"
@@ -138,8 +155,8 @@ class MCPServer:
         if self.timeout is not None:
             words.append(f"--timeout={self.timeout:g}")
         words += [f"--header={name}:{value}" for name, value in self.headers.items()]
-        if self.url is not None:
-            return shlex.join([f"mcp+{self.url}", *words])
+        if self.url is not None:  # not quoted: the scheme must lead the text (no quotes in it)
+            return " ".join([f"mcp+{self.url}", *map(shlex.quote, words)])
         words += [f"--env={name}={value}" for name, value in self.env.items()]
         if self.cwd is not None:
             words.append(f"--cwd={self.cwd}")
@@ -152,19 +169,26 @@ class MCPServer:
     def launch_env(self) -> dict[str, str]:
         """:attr:`env` with its ``${NAME}`` references read from this environment.
 
+        Every value is declared a secret to the redactor (see the module docstring).
+
         Raises:
             ToolsetError: a variable it names is not set.
         """
-        return {name: expand(value, what=f"--env {name}") for name, value in self.env.items()}
+        return {
+            name: _secret(expand(value, what=f"--env {name}")) for name, value in self.env.items()
+        }
 
     def launch_headers(self) -> dict[str, str]:
         """:attr:`headers` with their ``${NAME}`` references read from this environment.
+
+        Every value is declared a secret to the redactor, as :meth:`launch_env`'s are.
 
         Raises:
             ToolsetError: a variable one names is not set.
         """
         return {
-            name: expand(value, what=f"--header {name}") for name, value in self.headers.items()
+            name: _secret(expand(value, what=f"--header {name}"))
+            for name, value in self.headers.items()
         }
 
     def __taskdecomp_toolset__(self) -> Toolset:
@@ -177,6 +201,9 @@ class MCPServer:
 def expand(value: str, *, what: str) -> str:
     """``value`` with each ``${NAME}`` replaced by the variable's value.
 
+    Each value read is declared a secret to the redactor: it was read for a server's
+    credentials or environment, whatever the variable's name says.
+
     Raises:
         ToolsetError: a variable it names is not set.
     """
@@ -185,9 +212,20 @@ def expand(value: str, *, what: str) -> str:
         name = match.group(1)
         if name not in os.environ:
             raise ToolsetError(f"{what} names ${{{name}}}, which is not set in the environment")
-        return os.environ[name]
+        return _secret(os.environ[name])
 
     return _VARIABLE.sub(lookup, value)
+
+
+def _secret(value: str) -> str:
+    """``value``, declared a secret to the redactor (a Bearer header's token on its own too)."""
+    from taskdecomp.redact import declare_value
+
+    declare_value(value)
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() in ("bearer", "basic", "token") and token.strip():
+        declare_value(token.strip())
+    return value
 
 
 def parse(scheme: str, rest: str) -> MCPServer:
