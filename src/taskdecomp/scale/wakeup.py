@@ -19,6 +19,7 @@ from sqlalchemy import text
 
 from taskdecomp.run import RunId
 from taskdecomp.store import queue as queues
+from taskdecomp.store import rows
 from taskdecomp.store.sql import SqlStore
 
 logger = logging.getLogger(__name__)
@@ -28,6 +29,10 @@ CHANNEL = "taskdecomp_queue"
 RECONNECT_SECONDS = 1.0
 """How long a listener that lost its connection waits before it connects again."""
 _NOTIFY = text("SELECT pg_notify(:channel, :queue)")
+_REPLACE = text(
+    "UPDATE queued_runs SET delivery = :new "
+    "WHERE run_id = :run_id AND delivery IS NOT DISTINCT FROM :old"
+)
 
 
 def announce(store: SqlStore, run_id: RunId, *, queue: str, delivery: str) -> None:
@@ -39,6 +44,25 @@ def announce(store: SqlStore, run_id: RunId, *, queue: str, delivery: str) -> No
     with store.write() as conn:
         queues.note_delivery(conn, run_id, delivery)
         conn.execute(_NOTIFY, {"channel": CHANNEL, "queue": queue})
+
+
+def replace(store: SqlStore, run_id: RunId, *, queue: str, old: str | None, new: str) -> bool:
+    """Make ``new`` ``run_id``'s latest delivery if ``old`` still is, and wake the workers.
+
+    Whether it did: ``False`` means another sweep replaced ``old`` first (its delivery is
+    the run's now, and only that sweep may cancel ``old``). A sweep that replaces
+    deliveries only this way never makes a delivery the latest again once it was replaced,
+    so a run's latest delivery that DBOS says is cancelled was cancelled by someone else.
+
+    Raises:
+        StoreError: the store cannot be written.
+    """
+    with store.write() as conn:
+        values = {"run_id": rows.key(run_id), "old": old, "new": new}
+        if conn.execute(_REPLACE, values).rowcount != 1:
+            return False
+        conn.execute(_NOTIFY, {"channel": CHANNEL, "queue": queue})
+    return True
 
 
 def notify(store: SqlStore, queue: str) -> None:

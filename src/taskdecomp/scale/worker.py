@@ -193,9 +193,18 @@ class Worker:
         """Deliver again the runs that need it; return the new deliveries' ids.
 
         A run whose latest delivery DBOS says is ``CANCELLED`` was cancelled with DBOS
-        (``dbos workflow cancel``): the sweep itself queues a new delivery before it
-        cancels an old one, so it never leaves one of its own cancels as a run's latest.
-        Such a run is cancelled as ``taskdecomp cancel`` does.
+        (``dbos workflow cancel``): the sweep cancels a delivery only after it made another
+        one the run's latest in its place (:func:`~taskdecomp.scale.wakeup.replace`), so it
+        never leaves one of its own cancels as a run's latest. Such a run is cancelled as
+        ``taskdecomp cancel`` does.
+
+        A delivery is named by the run, its recoveries and the lease-long period it was
+        made in, so sweeps of several workers that find the same run make the same one. A
+        delivery taken and not yet started may be found again in the period it was made
+        in: it is the one the sweep would make, so the sweep leaves it alone (cancelling
+        the run's latest delivery would cancel the run). A later period's sweep replaces
+        it, which is harmless if it was starting after all: a replaced delivery's cancel is
+        not the user's, and the run's lease lets only one of the two execute the run.
         """
         dbos = engine.dbos().DBOS
         sent = []
@@ -214,8 +223,13 @@ class Worker:
                 self.how.store.request_cancel(stale.run_id)  # the next delivery ends it
             bucket = int(time.time() // max(1.0, self.how.lease_seconds))
             delivery = f"{stale.run_id}:r{stale.recoveries + 1}:{bucket}"
+            if delivery == stale.delivery and state is not None:
+                continue  # made this period: taken (and maybe starting), or cancelled above
             engine.enqueue(self._client, stale.run_id, queue=self.queue, delivery=delivery)
-            wakeup.announce(self.how.store, stale.run_id, queue=self.queue, delivery=delivery)
+            if not wakeup.replace(
+                self.how.store, stale.run_id, queue=self.queue, old=stale.delivery, new=delivery
+            ):
+                continue  # another sweep moved the run on first; that sweep cancels the old one
             if state == "PENDING":  # taken a lease ago and still not held: its worker died
                 dbos.cancel_workflow(stale.delivery)
             sent.append(delivery)
