@@ -174,6 +174,11 @@ class Dispatcher:
                 status = found.get(delivery) or dbos._sys_db.get_workflow_status(delivery)
                 if status is None:
                     raise LookupError(f"delivery {delivery!r} has no status")
+                if status["status"] != "PENDING":
+                    # moved on since the claim (a sweep replaced and cancelled it): DBOS
+                    # would not run it, so no run's end would give its slot back
+                    self.slots.give_back(delivery)
+                    continue
                 execute(dbos, status, owner)
             except Exception:
                 logger.warning("could not start delivery %s", delivery, exc_info=True)
