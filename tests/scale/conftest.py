@@ -191,13 +191,15 @@ class Cluster:
         self.models[name] = f"scripted:{script}"
         return name
 
-    def start(self, *extra: str, count: int = 1) -> list[subprocess.Popen[bytes]]:
+    def start(
+        self, *extra: str, count: int = 1, entry: Iterable[str] = ENTRY
+    ) -> list[subprocess.Popen[bytes]]:
         """Start ``count`` workers on this queue, with the models registered so far."""
         started = []
         for _ in range(count):
             index = len(self.workers)
             argv = [
-                *ENTRY, "worker", "--db", self.db, "--queue", self.queue, "--processes", "1",
+                *entry, "worker", "--db", self.db, "--queue", self.queue, "--processes", "1",
                 "--tools", f"scale={TOOLS}", "--executor-id", f"{self.queue}-w{index}",
                 *(f"--model={name}={spec}" for name, spec in self.models.items()), *extra,
             ]  # fmt: skip

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Coroutine
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from taskdecomp.run import RunId
@@ -118,6 +119,9 @@ class Worker:
         self._stop = threading.Event()
         self._client: Any = None
         self._loop = asyncio.new_event_loop()
+        self._calls: set[Future[Any]] = set()
+        self._calls_lock = threading.Lock()
+        self._closing = False
 
     def call(self, work: Coroutine[Any, Any, T]) -> T:
         """Run ``work`` on this worker's event loop (from a DBOS thread) and return its result.
@@ -125,7 +129,32 @@ class Worker:
         Every run of the process shares one loop: no loop is made per run, and the runs'
         checkpoints meet in the store's writer thread.
         """
-        return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(work, self._loop)
+        with self._calls_lock:
+            self._calls.add(future)
+        future.add_done_callback(self._call_ended)
+        return future.result()
+
+    def _call_ended(self, future: Future[Any]) -> None:
+        with self._calls_lock:
+            self._calls.discard(future)
+            last = self._closing and not self._calls
+        if last:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def _close_loop(self) -> bool:
+        """Stop the runs' loop once no call is under way; whether it is stopping now.
+
+        A run that outlasts the drain keeps the loop: its DBOS thread waits in
+        :meth:`call`, and Python waits for that thread at exit, so the process ends as the
+        run does (as a run's own loop did), with the run finished, not cancelled.
+        """
+        with self._calls_lock:
+            self._closing = True
+            idle = not self._calls
+        if idle:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        return idle
 
     def serve(self) -> None:
         """Take and execute runs until :meth:`stop` (or Ctrl-C)."""
@@ -164,8 +193,10 @@ class Worker:
                 self._client.destroy()
             # runs in flight finish first (a longer one is taken over once its lease ends)
             module.DBOS.destroy(workflow_completion_timeout_sec=DRAIN_SECONDS)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            looping.join(timeout=5)
+            if self._close_loop():
+                looping.join(timeout=5)
+            else:
+                logger.warning("runs still under way after the drain: the worker ends with them")
             _current = None
 
     def _register_queue(self, dbos: Any) -> None:
