@@ -26,7 +26,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
@@ -88,8 +88,19 @@ class Dispatcher:
         poll_seconds: how often it looks without being woken.
     """
 
-    def __init__(self, queue: str, concurrency: int, *, poll_seconds: float = POLL_SECONDS):
+    def __init__(
+        self,
+        queue: str,
+        concurrency: int,
+        *,
+        poll_seconds: float = POLL_SECONDS,
+        settled: Callable[[], None] | None = None,
+    ):
         self.queue = queue
+        self.settled = settled
+        """Called (from a DBOS thread) when DBOS has recorded the end of a delivery of a
+        queue with a limit shared by every worker: it tells the other workers (a NOTIFY)
+        that a slot of the shared limit is free."""
         self.slots = Slots(concurrency)
         self.poll_seconds = poll_seconds
         self.wakeups = 0
@@ -97,7 +108,7 @@ class Dispatcher:
         self.claimed = 0
         """Deliveries claimed so far."""
         self._wake = threading.Event()
-        self._more = False  # the last claim filled every free slot: the queue may hold more
+        self._more = False  # the last claim left work behind: the queue may hold more
         self._view: Any = None
         self._view_at = 0.0
 
@@ -129,26 +140,40 @@ class Dispatcher:
 
     def _fill(self) -> None:
         while (free := self.slots.free()) > 0:
-            ids, owner = self._claim()
-            self._more = len(ids) >= free
+            ids, owner, why = self._claim()
+            filled = len(ids) >= free
+            # work may wait when the claim filled every free slot, when a limit cut it (a
+            # limit shared by all workers cuts a claim without saying so when it takes
+            # some), or when the claim gave up on other workers' locks
+            self._more = filled or why is not None or self._shared()
             if not ids:
                 return
             self._start(ids, owner)
-            if not self._more:
+            if not filled:
                 return
 
-    def _claim(self) -> tuple[list[str], str]:
-        """Claim up to the free slots' worth of deliveries; their ids and the claim's token."""
+    def _shared(self) -> bool:
+        """Whether the queue has a limit that every worker of it shares (as last read)."""
+        view = self._view
+        return view is not None and (view._concurrency is not None or view._limiter is not None)
+
+    def _claim(self) -> tuple[list[str], str, str | None]:
+        """Claim up to the free slots' worth of deliveries.
+
+        Returns:
+            Their ids, the claim's token, and why none could be claimed when a limit
+            (DBOS's reason) or other workers' locks (``"locked"``) left no room.
+        """
         dbos = _instance()
         for _ in range(CONFLICT_RETRIES):
             owner = _utils().generate_uuid()
             try:
-                ids, _why = dbos._sys_db.start_queued_workflows(
+                ids, why = dbos._sys_db.start_queued_workflows(
                     self._queue_view(dbos),
-                    _utils().GlobalParams.executor_id,
-                    _utils().GlobalParams.app_version,
-                    None,
-                    self.slots.busy(),
+                    executor_id=_utils().GlobalParams.executor_id,
+                    app_version=_utils().GlobalParams.app_version,
+                    queue_partition_key=None,
+                    local_running_count=self.slots.busy(),
                     owner_xid=owner,
                 )
             except Exception as exc:
@@ -158,8 +183,9 @@ class Dispatcher:
                 continue
             self.slots.take(ids)
             self.claimed += len(ids)
-            return list(ids), owner
-        return [], ""
+            return list(ids), owner, why
+        self._wake.set()  # try again soon rather than at the next poll
+        return [], "", "locked"
 
     def _start(self, ids: list[str], owner: str) -> None:
         dbos = _instance()
@@ -179,10 +205,27 @@ class Dispatcher:
                     # would not run it, so no run's end would give its slot back
                     self.slots.give_back(delivery)
                     continue
-                execute(dbos, status, owner)
+                handle = execute(dbos, status, owner)
+                future = getattr(handle, "future", None)
+                if future is not None and self._shared():
+                    future.add_done_callback(self._recorded)
             except Exception:
                 logger.warning("could not start delivery %s", delivery, exc_info=True)
                 self.slots.give_back(delivery)
+
+    def _recorded(self, _: object) -> None:
+        """A delivery of a queue with a shared limit has ended and DBOS has recorded it.
+
+        The claim counts the shared limit from DBOS's rows, which say the delivery is
+        running until its end is recorded: only now may this worker, and the others,
+        claim in its place.
+        """
+        self._wake.set()
+        if self.settled is not None:
+            try:
+                self.settled()
+            except Exception:  # the others find the free slot at their next poll
+                logger.warning("telling the other workers of a free slot failed", exc_info=True)
 
     def _queue_view(self, dbos: Any) -> Any:
         """The queue as stored (global limit, rate limit), with this worker's own limit."""

@@ -115,7 +115,9 @@ class Worker:
         self.concurrency = concurrency
         self.global_concurrency = global_concurrency
         self.executor_id = executor_id
-        self.dispatcher = Dispatcher(queue, concurrency, poll_seconds=poll_seconds)
+        self.dispatcher = Dispatcher(
+            queue, concurrency, poll_seconds=poll_seconds, settled=self._slot_freed
+        )
         self._stop = threading.Event()
         self._client: Any = None
         self._loop = asyncio.new_event_loop()
@@ -198,6 +200,10 @@ class Worker:
             else:
                 logger.warning("runs still under way after the drain: the worker ends with them")
             _current = None
+
+    def _slot_freed(self) -> None:
+        """Wake every worker of the queue: a delivery counted by its shared limit ended."""
+        wakeup.notify(self.how.store, self.queue)
 
     def _register_queue(self, dbos: Any) -> None:
         """Make sure the queue exists; set its global limit when this worker was given one."""
