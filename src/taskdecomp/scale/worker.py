@@ -22,7 +22,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from taskdecomp.run import RunId
-from taskdecomp.scale import cancels, engine, ratelimit, wakeup
+from taskdecomp.scale import cancels, engine, leftovers, ratelimit, wakeup
 from taskdecomp.scale.dispatch import POLL_SECONDS, Dispatcher
 from taskdecomp.scale.runs import Execution, execute
 
@@ -223,8 +223,21 @@ class Worker:
         while not self._stop.wait(period):
             try:
                 self.sweep()
+                self.cancel_leftovers()
             except Exception:  # the store or DBOS is away: try again next period
                 logger.warning("sweeping queue %r failed", self.queue, exc_info=True)
+
+    def cancel_leftovers(self) -> list[str]:
+        """Cancel the deliveries DBOS counts as running that nothing will end; their ids.
+
+        See :mod:`taskdecomp.scale.leftovers`: left ``PENDING``, they would hold slots of
+        the queue's global limit forever.
+        """
+        dbos = engine.dbos().DBOS
+        found = leftovers.find(self.how.store, self.queue, older_than=self.how.lease_seconds)
+        for delivery in found:
+            dbos.cancel_workflow(delivery)
+        return found
 
     def sweep(self) -> list[str]:
         """Deliver again the runs that need it; return the new deliveries' ids.
