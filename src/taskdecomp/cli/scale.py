@@ -46,7 +46,11 @@ QUEUE_OPTION = click.option(
 @click.option(
     "--processes",
     type=click.IntRange(min=1),
-    help="Worker processes to start on this machine.  [default: one per core]",
+    default=1,
+    show_default=True,
+    help="Worker processes to start on this machine (one uses about one core). Each holds "
+    "its own PostgreSQL connections, 8 to 20 of them: count them against the server's "
+    "max_connections.",
 )
 @click.option(
     "--global-concurrency",
@@ -102,7 +106,7 @@ QUEUE_OPTION = click.option(
 def worker_command(
     db: str | None,
     concurrency: int,
-    processes: int | None,
+    processes: int,
     global_concurrency: int | None,
     rate_limits: tuple[str, ...],
     poll_seconds: float,
@@ -124,11 +128,16 @@ def worker_command(
     with needs_extra("worker", "scale", "dbos"):
         import dbos  # noqa: F401  # the queue: without it, say so before anything is opened
 
+    from taskdecomp.models import Connection
     from taskdecomp.scale import processes as forks
     from taskdecomp.scale.ratelimit import parse_limits
+    from taskdecomp.scale.registry import Registry
 
     limits = parse_limits(rate_limits)
-    count = processes or forks.default_processes()
+    count = processes
+    mode = output_mode or load_settings().output_mode
+    registry = Registry.parse(tools, models, Connection(base_url=base_url, output_mode=mode))
+    registry.load(servers=count == 1)  # a bad --tools: one error here, not one per process
     each = "" if count == 1 else f"{count} processes, "
     console(stderr=True).print(
         literal(
@@ -142,9 +151,8 @@ def worker_command(
         name = executor_id if executor_id is None or count == 1 else f"{executor_id}-p{index}"
         return _serve_worker(
             db, queue=queue, concurrency=concurrency, global_concurrency=global_concurrency,
-            limits=limits, poll_seconds=poll_seconds, tools=tools, models=models,
-            max_recoveries=max_recoveries, executor_id=name, base_url=base_url,
-            output_mode=output_mode, durability=durability,
+            limits=limits, poll_seconds=poll_seconds, registry=registry,
+            max_recoveries=max_recoveries, executor_id=name, durability=durability,
         )  # fmt: skip
 
     return serve(0) if count == 1 else forks.supervise(count, serve)
@@ -158,25 +166,18 @@ def _serve_worker(
     global_concurrency: int | None,
     limits: Any,
     poll_seconds: float,
-    tools: tuple[str, ...],
-    models: tuple[str, ...],
+    registry: Any,
     max_recoveries: int,
     executor_id: str | None,
-    base_url: str | None,
-    output_mode: OutputMode | None,
     durability: Durability | None,
 ) -> int:
     """One worker process, until SIGTERM or Ctrl-C."""
     from taskdecomp import durable
-    from taskdecomp.models import Connection
-    from taskdecomp.scale.registry import Registry
     from taskdecomp.scale.runs import Execution
     from taskdecomp.scale.worker import Worker
 
     settings = load_settings()
-    mode = output_mode or settings.output_mode
-    registry = Registry.parse(tools, models, Connection(base_url=base_url, output_mode=mode))
-    registry.load()
+    registry.load()  # what the parent left out: the toolsets that start servers
     url = settings.store_url(db)
     with open_run_store(settings, db) as store:
         how = Execution(

@@ -5,11 +5,12 @@ one core however many runs it holds. A machine with more cores runs more worker
 processes; each is a whole worker (its own DBOS executor, its own slots, its own
 listener), and they share the queue as workers on different machines do.
 
-The parent forks its children before anything is opened (no database connection, no
-thread), so each child starts from the parsed command line and sets itself up alone. The
-parent only waits: SIGTERM or Ctrl-C is passed on to every child, which then stops as a
-single worker does; a child that dies (``kill -9``) leaves the others running, and its
-runs move on as any dead worker's do.
+The parent checks the command line and loads the toolsets that start no server, so a bad
+``--tools`` is one error in the parent, then forks its children before anything is opened
+(no database connection, no thread): each child sets itself up alone. The parent only
+waits: SIGTERM or Ctrl-C is passed on to every child (the forwarding is in place before
+the first child starts), which then stops as a single worker does; a child that dies
+(``kill -9``) leaves the others running, and its runs move on as any dead worker's do.
 """
 
 from __future__ import annotations
@@ -18,18 +19,13 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Callable
 from types import FrameType
 
+from taskdecomp.errors import ConfigError, TaskdecompError
+
 logger = logging.getLogger(__name__)
-
-
-def default_processes() -> int:
-    """One worker process per core this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def supervise(count: int, serve: Callable[[int], int]) -> int:
@@ -43,16 +39,16 @@ def supervise(count: int, serve: Callable[[int], int]) -> int:
         context.Process(target=_child, args=(serve, index), name=f"worker-{index}")
         for index in range(count)
     ]
-    for child in children:
-        child.start()
 
     def forward(signum: int, frame: FrameType | None) -> None:
         for child in children:
-            if child.is_alive() and child.pid is not None:
+            if child.pid is not None and child.is_alive():
                 os.kill(child.pid, signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGTERM, forward)  # before any child starts: none is left behind
     signal.signal(signal.SIGINT, forward)
+    for child in children:
+        child.start()
     codes = []
     for child in children:
         child.join()
@@ -63,4 +59,12 @@ def supervise(count: int, serve: Callable[[int], int]) -> int:
 
 
 def _child(serve: Callable[[int], int], index: int) -> None:
-    raise SystemExit(serve(index))
+    # the parent's forwarding is not this process's: it sets its own as its worker starts
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code = serve(index)
+    except TaskdecompError as exc:  # one line, as the command says it, not a traceback
+        print(f"taskdecomp: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        code = 2 if isinstance(exc, ConfigError) else 1
+    raise SystemExit(code)

@@ -53,14 +53,18 @@ class Registry:
             connection=connection or Connection(),
         )
 
-    def load(self) -> None:
+    def load(self, *, servers: bool = True) -> None:
         """Load every toolset now, so a worker with a broken one fails at start-up.
+
+        ``servers=False`` leaves out the toolsets that start MCP servers (a process about
+        to fork loads the others only: a server's session and threads do not survive it).
 
         Raises:
             ToolsetError: a toolset cannot be loaded.
         """
-        for name in self.tools:
-            self.toolset(name)
+        for name, spec in self.tools.items():
+            if servers or not _starts_servers(spec):
+                self.toolset(name)
 
     def toolset(self, name: str | None) -> Toolset:
         """The toolset registered as ``name``.
@@ -96,6 +100,14 @@ class Registry:
             return resolve_model(spec, connection=self.connection)
         except ConfigError as exc:
             raise Unavailable(name, str(exc)) from exc
+
+
+def _starts_servers(spec: str) -> bool:
+    """Whether loading toolset ``spec`` starts or connects to an MCP server."""
+    text = spec.strip()
+    if text.startswith("["):  # a list of toolsets: any one of them
+        return '"mcp' in text
+    return text.partition(":")[0].startswith("mcp")
 
 
 def _names_file(spec: str) -> bool:
