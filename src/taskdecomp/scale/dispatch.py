@@ -16,12 +16,16 @@ queue (``DBOS.listen_queues([])``); its :class:`Dispatcher` claims deliveries it
   (``execute_dequeued_workflow``), so DBOS records, recovers and cancels them as usual.
 
 These are DBOS internals (``dbos._sys_db``, ``dbos._core``), pinned by the ``dbos``
-version in the project's dependencies; this module is the only place that touches them.
+version in the project's dependencies (``>=3.4,<3.5``); this module is the only place that
+touches them, and :func:`require_internals` checks them as a worker starts, so another
+DBOS version fails in one line instead of never claiming or ignoring ``--concurrency``.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import inspect
 import logging
 import random
 import threading
@@ -30,6 +34,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
+
+from taskdecomp.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -237,6 +243,63 @@ class Dispatcher:
             self._view, self._view_at = stored, now
         self._view._worker_concurrency = self.slots.limit
         return self._view
+
+
+_CLAIM_PARAMETERS = {
+    "queue",
+    "executor_id",
+    "app_version",
+    "queue_partition_key",
+    "local_running_count",
+    "owner_xid",
+}
+_QUEUE_FIELDS = ("_worker_concurrency", "_concurrency", "_limiter")
+
+
+def require_internals(queue: str) -> None:
+    """Check that the launched DBOS has the internals a dispatcher uses (after launch).
+
+    Raises:
+        ConfigError: one is missing or changed (another DBOS version than the pinned one).
+    """
+    missing = []
+    dbos = _instance()
+    sys_db = dbos._sys_db
+    for name in ("get_workflow_statuses", "get_workflow_status", "get_queue"):
+        if not callable(getattr(sys_db, name, None)):
+            missing.append(f"SystemDatabase.{name}")
+    for name in ("is_lock_conflict", "is_serialization_conflict"):
+        if not callable(getattr(sys_db, name, None)):
+            missing.append(f"SystemDatabase.{name}")
+    claim = getattr(sys_db, "start_queued_workflows", None)
+    if claim is None or not set(inspect.signature(claim).parameters) >= _CLAIM_PARAMETERS:
+        missing.append("SystemDatabase.start_queued_workflows(...)")
+    core = importlib.import_module("dbos._core")
+    execute = getattr(core, "execute_dequeued_workflow", None)
+    if execute is None or list(inspect.signature(execute).parameters)[:3] != [
+        "dbos",
+        "status",
+        "owner_xid",
+    ]:
+        missing.append("execute_dequeued_workflow(dbos, status, owner_xid)")
+    utils = _utils()
+    if not callable(getattr(utils, "generate_uuid", None)) or not all(
+        hasattr(utils.GlobalParams, name) for name in ("executor_id", "app_version")
+    ):
+        missing.append("dbos._utils")
+    if not missing and claim is not None:
+        stored = sys_db.get_queue(queue)
+        if stored is None or not all(hasattr(stored, name) for name in _QUEUE_FIELDS):
+            missing.append("Queue." + "/".join(_QUEUE_FIELDS))
+    if missing:
+        try:
+            version = importlib.metadata.version("dbos")
+        except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a source tree
+            version = "as installed"
+        raise ConfigError(
+            f"DBOS {version} lacks what queued runs use ({', '.join(missing)}); "
+            "install the pinned version: pip install 'dbos>=3.4,<3.5'"
+        )
 
 
 def _instance() -> Any:

@@ -22,7 +22,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from taskdecomp.run import RunId
-from taskdecomp.scale import cancels, engine, leftovers, ratelimit, wakeup
+from taskdecomp.scale import cancels, dispatch, engine, leftovers, ratelimit, wakeup
 from taskdecomp.scale.dispatch import POLL_SECONDS, Dispatcher
 from taskdecomp.scale.runs import Execution, execute
 
@@ -176,6 +176,7 @@ class Worker:
             if self.how.limits:
                 ratelimit.prepare(self.how.store)
             self._register_queue(module.DBOS)
+            dispatch.require_internals(self.queue)
             self._client = engine.client(self.db)
             if not listener.start():
                 logger.warning("not listening for submits yet: runs wait for a poll meanwhile")
