@@ -5,7 +5,8 @@ A submit, once DBOS holds its delivery, notes the delivery and notifies
 notification when it commits, so a woken worker always finds the delivery). Every worker
 listens on a connection of its own and wakes its dispatcher when its queue is named. A
 notification that is lost (the listener was reconnecting) costs at most the dispatcher's
-fallback poll: the queue tables stay the truth, notifications only say "look now".
+fallback poll: the queue tables stay the truth, notifications only say "look now". It
+needs psycopg 3.2 or later (``notifies(timeout=)``), which the project's dependencies pin.
 """
 
 from __future__ import annotations
@@ -101,8 +102,9 @@ class Listener:
         while not self._stop.is_set():
             try:
                 self._listen()
-            except psycopg.Error as exc:
-                logger.warning("listening for queued runs failed (%s); polling meanwhile", exc)
+            except Exception as exc:  # psycopg's, or anything else: the poll still runs
+                message = " ".join(str(exc).split()) or type(exc).__name__
+                logger.warning("listening for queued runs failed (%s); polling meanwhile", message)
                 self.wake()  # something may have been queued while the connection was away
                 self._stop.wait(RECONNECT_SECONDS)
 
