@@ -47,8 +47,13 @@ def announce(store: SqlStore, run_id: RunId, *, queue: str, delivery: str) -> No
         conn.execute(_NOTIFY, {"channel": CHANNEL, "queue": queue})
 
 
-def replace(store: SqlStore, run_id: RunId, *, queue: str, old: str | None, new: str) -> bool:
+def replace(
+    store: SqlStore, run_id: RunId, *, queue: str, old: str | None, new: str, wake: bool = True
+) -> bool:
     """Make ``new`` ``run_id``'s latest delivery if ``old`` still is, and wake the workers.
+
+    ``wake=False`` leaves the waking to the caller (a sweep that enqueues ``new`` after
+    replacing: a worker woken before would not find it).
 
     Whether it did: ``False`` means another sweep replaced ``old`` first (its delivery is
     the run's now, and only that sweep may cancel ``old``). A sweep that replaces
@@ -62,7 +67,8 @@ def replace(store: SqlStore, run_id: RunId, *, queue: str, old: str | None, new:
         values = {"run_id": rows.key(run_id), "old": old, "new": new}
         if conn.execute(_REPLACE, values).rowcount != 1:
             return False
-        conn.execute(_NOTIFY, {"channel": CHANNEL, "queue": queue})
+        if wake:
+            conn.execute(_NOTIFY, {"channel": CHANNEL, "queue": queue})
     return True
 
 

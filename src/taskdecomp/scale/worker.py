@@ -276,11 +276,20 @@ class Worker:
             delivery = f"{stale.run_id}:r{stale.recoveries + 1}:{bucket}"
             if delivery == stale.delivery and state is not None:
                 continue  # made this period: taken (and maybe starting), or cancelled above
-            engine.enqueue(self._client, stale.run_id, queue=self.queue, delivery=delivery)
+            # replaced first, then enqueued: a sweep that loses the race enqueues nothing
+            # (an extra delivery would hold a slot and run nothing); one that dies between
+            # leaves a latest delivery DBOS lacks, which the next sweep replaces
             if not wakeup.replace(
-                self.how.store, stale.run_id, queue=self.queue, old=stale.delivery, new=delivery
+                self.how.store,
+                stale.run_id,
+                queue=self.queue,
+                old=stale.delivery,
+                new=delivery,
+                wake=False,
             ):
                 continue  # another sweep moved the run on first; that sweep cancels the old one
+            engine.enqueue(self._client, stale.run_id, queue=self.queue, delivery=delivery)
+            wakeup.notify(self.how.store, self.queue)
             if state == "PENDING":  # taken a lease ago and still not held: its worker died
                 dbos.cancel_workflow(stale.delivery)
             sent.append(delivery)
