@@ -1,9 +1,14 @@
-"""Group commit: a run's store writes on a thread of their own, many to a transaction.
+"""Group commit: store writes on a thread of their own, many to a transaction.
 
 A :class:`GroupWriter` takes writes (callables that call the store) from the event loop and
-runs them, in the order given, on one thread per run. Everything queued while the previous
+runs them, in the order given, on a thread of its own. Everything queued while the previous
 transaction was committing goes into the next one, so a run pays one commit for all the
 steps that finished meanwhile, and a commit never holds up the steps still running.
+
+Runs share it: :func:`lane` gives each run a :class:`Lane` on the one writer this process
+keeps for its store, so the runs in flight at once commit together, and the ends of runs
+that finish in the same moment wait for one fsync between them instead of one each. The
+writer's thread ends once no run uses it and nothing is queued.
 
 A write marked ``durable`` (the intent before an ``unsafe`` call, the end of the run) makes
 its whole group wait for the disk; since a log is synced as a whole, that also makes every
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable, Hashable, Sequence
@@ -91,9 +97,13 @@ class GroupWriter:
             nothing.
     """
 
-    def __init__(self, store: Store, *, name: str, linger: float = DEFAULT_LINGER) -> None:
+    def __init__(
+        self, store: Store, *, name: str, linger: float = DEFAULT_LINGER, shared: bool = False
+    ) -> None:
         self._store = store
         self._linger = linger
+        self._shared = shared
+        self._lanes = 0  # runs using a shared writer now
         self._queue: queue.SimpleQueue[_Write[Any] | object] = queue.SimpleQueue()
         self._urgent = threading.Condition()  # guards the count and the queue's end
         self._urgent_count = 0  # writes that wake the thread, and stops, not yet taken
@@ -175,6 +185,37 @@ class GroupWriter:
                 and the futures not yet ended fail with it (their writes may or may not
                 have been committed).
         """
+        return self._made_here(write, stop=True)
+
+    def here(self, write: Callable[[], _T]) -> _T:
+        """Make ``write`` durably after every queued write, on this thread; go on after it.
+
+        As :meth:`last`, but the writer stays open for the writes of other runs.
+
+        Raises:
+            RuntimeError: the writer is closed.
+            Exception: what ``write`` raised (see :meth:`last`).
+            BaseException: an interrupt (Ctrl-C) while the group was made (see :meth:`last`).
+        """
+        return self._made_here(write, stop=False)
+
+    async def end(self, write: Callable[[], _T]) -> _T:
+        """Make a run's last write durably: here when it is the only run, else in a group.
+
+        A run alone makes it on the loop's thread (:meth:`here`), which waits for the disk
+        anyway. While other runs use the writer, their ends and steps are queued too: the
+        thread commits them all in one transaction, one fsync for every run that ended
+        meanwhile, and the loop goes on with the other runs while it waits.
+
+        Raises:
+            RuntimeError: the writer is closed.
+            Exception: what ``write`` raised.
+        """
+        if self._lanes <= 1:
+            return self.here(write)
+        return await self.durable(write)
+
+    def _made_here(self, write: Callable[[], _T], *, stop: bool) -> _T:
         final: _Write[_T] = _Write(write=write, durable=True, future=Future())
         group: list[_Write[Any]] = []
         with self._committing:
@@ -182,8 +223,8 @@ class GroupWriter:
                 with self._urgent:
                     if self._closed:
                         raise RuntimeError("the writer is closed")
-                    self._closed = True
-                while not self._queue.empty():  # nothing is queued after the close
+                    self._closed = stop
+                while not self._queue.empty():  # takers hold _committing
                     item = self._take()
                     if item is not None:
                         group.append(item)
@@ -195,16 +236,31 @@ class GroupWriter:
                         item.future.set_exception(exc)  # nobody is left waiting
                 raise
             finally:
-                with self._urgent:
-                    self._stopped = True
-                    self._urgent.notify()
+                if stop:
+                    with self._urgent:
+                        self._stopped = True
+                        self._urgent.notify()
         assert final.future is not None
         return final.future.result()
+
+    def attach(self) -> bool:
+        """Count one more run using this shared writer; ``False`` once its thread has ended."""
+        with self._urgent:
+            if self._closed:
+                return False
+            self._lanes += 1
+            return True
+
+    def detach(self) -> None:
+        """Count one run fewer; the thread ends once none is left and nothing is queued."""
+        with self._urgent:
+            self._lanes -= 1
 
     def _loop(self) -> None:
         stop = False
         while not stop:
-            self._sleep()
+            if not self._sleep():
+                return
             with self._committing:
                 if self._stopped:
                     return
@@ -212,22 +268,30 @@ class GroupWriter:
                 if group:
                     self._commit(group)
 
-    def _sleep(self) -> None:
+    def _sleep(self) -> bool:
         """Sleep until a durable write or a stop is queued, or for ``linger``.
 
         Other writes are queued without waking the thread: a thread woken while the event
         loop is busy waits for the GIL, and every time the loop lets the GIL go (each turn
         of the loop) wakes it again in vain, which cost a busy run more than its writes.
+        Returns ``False`` when a shared writer ends instead: no run uses it, nothing is
+        queued (later runs get a new one).
         """
         with self._urgent:
             self._urgent.wait_for(
                 lambda: self._urgent_count > 0 or self._stopped, max(self._linger, 0) or None
             )
+            idle = self._shared and self._lanes <= 0 and self._queue.empty()
+            if idle:
+                self._closed = True  # attach() refuses it from now on
+        if idle:
+            _forget(self)  # outside the condition: lane() takes the two locks the other way
+        return not idle
 
     def _next_group(self) -> tuple[list[_Write[Any]], bool]:
         """The next writes to commit together, and whether a stop came after them.
 
-        Everything queued, up to the first durable write.
+        Everything queued: the durable writes of several runs (their ends) share a commit.
         """
         group: list[_Write[Any]] = []
         while not self._queue.empty():  # takers hold _committing, so it stays non-empty
@@ -235,8 +299,6 @@ class GroupWriter:
             if item is None:
                 return group, True
             group.append(item)
-            if item.durable:
-                break
         return group, False
 
     def _take(self) -> _Write[Any] | None:
@@ -319,3 +381,90 @@ def _join_key(write: Callable[[], Any]) -> Hashable | None:
 
 def _nothing() -> None:
     return None
+
+
+class Lane:
+    """One run's writes on the :class:`GroupWriter` the runs of its store share.
+
+    Get one with :func:`lane`; :meth:`end` or :meth:`last` makes the run's last write,
+    :meth:`close` gives the lane up without one (after committing what the run queued).
+    """
+
+    def __init__(self, writer: GroupWriter) -> None:
+        self._writer = writer
+        self._open = True
+
+    def post(
+        self, write: Callable[[], object], *, on_error: Callable[[BaseException], object]
+    ) -> None:
+        """Queue a write nobody waits for (see :meth:`GroupWriter.post`)."""
+        self._writer.post(write, on_error=on_error)
+
+    async def durable(self, write: Callable[[], _T]) -> _T:
+        """Queue ``write`` and wait until it is on disk (see :meth:`GroupWriter.durable`)."""
+        return await self._writer.durable(write)
+
+    def flush(self) -> None:
+        """Block until everything queued so far is on disk."""
+        self._writer.flush()
+
+    async def end(self, write: Callable[[], _T]) -> _T:
+        """Make the run's last write durably (see :meth:`GroupWriter.end`); leave the lane.
+
+        Cancelling the wait does not cancel the write: it is made all the same.
+        """
+        try:
+            return await self._writer.end(write)
+        except asyncio.CancelledError:
+            self._writer.flush()  # made all the same: on disk before the run goes on
+            raise
+        finally:
+            self._leave()
+
+    def last(self, write: Callable[[], _T]) -> _T:
+        """Make the run's last write durably on this thread (:meth:`GroupWriter.here`)."""
+        try:
+            return self._writer.here(write)
+        finally:
+            self._leave()
+
+    def close(self) -> None:
+        """Commit what is queued, unless the run made its last write; leave the lane."""
+        if self._open:
+            try:
+                self.flush()
+            finally:
+                self._leave()
+
+    def _leave(self) -> None:
+        if self._open:
+            self._open = False
+            self._writer.detach()
+
+
+_SHARED: dict[int, GroupWriter] = {}
+"""The writer of each store runs write to in this process, by the store's ``id``: an entry
+keeps its store alive, so the id is not reused while it is there."""
+_SHARED_LOCK = threading.Lock()
+
+
+def lane(store: Store) -> Lane:
+    """A lane for one run on the writer this process shares for ``store``."""
+    with _SHARED_LOCK:
+        writer = _SHARED.get(id(store))
+        if writer is None or not writer.attach():
+            writer = GroupWriter(store, name=f"writer of {store!r}", shared=True)
+            writer.attach()
+            _SHARED[id(store)] = writer
+    return Lane(writer)
+
+
+def _forget(writer: GroupWriter) -> None:
+    """Drop ``writer`` from the shared ones (its thread is ending)."""
+    with _SHARED_LOCK:
+        for key, found in list(_SHARED.items()):
+            if found is writer:
+                del _SHARED[key]
+
+
+os.register_at_fork(after_in_child=_SHARED.clear)  # a child has none of the threads

@@ -153,7 +153,10 @@ async def execute(
         raise
     finally:
         ctx.gateway.close()
-    return finish(ctx, outcome, started)
+    result, journal = _ending(ctx, outcome, started)
+    if journal is None:
+        return result
+    return await journal.ended(result, approvals=ctx.approvals.to_dict())
 
 
 async def _under_deadline(
@@ -188,6 +191,14 @@ def finish(ctx: RunContext, outcome: Outcome, started: float) -> RunResult:
 
     Its secrets are replaced (:mod:`taskdecomp.redact`): the caller gets what was stored.
     """
+    result, journal = _ending(ctx, outcome, started)
+    if journal is None:
+        return result
+    return journal.finished(result, approvals=ctx.approvals.to_dict())
+
+
+def _ending(ctx: RunContext, outcome: Outcome, started: float) -> tuple[RunResult, Journal | None]:
+    """The run's result, emitted as ``RunStopped``, and the journal that must store it."""
     pending = ctx.approvals.pending if outcome.reason == stops.AWAITING_APPROVAL else None
     result = RunResult(
         run_id=ctx.run_id,
@@ -208,6 +219,4 @@ def finish(ctx: RunContext, outcome: Outcome, started: float) -> RunResult:
     if pending is not None:
         ctx.events.emit(ApprovalRequested(run_id=ctx.run_id, request=pending))
     ctx.events.emit(RunStopped(run_id=ctx.run_id, result=result))
-    if ctx.journal is not None:  # lease_lost if another process took the run meanwhile
-        return ctx.journal.finished(result, approvals=ctx.approvals.to_dict())
-    return result
+    return result, ctx.journal  # lease_lost if another process took the run meanwhile
