@@ -44,7 +44,9 @@ TOOLSET_MODULE_PREFIX = "taskdecomp_toolset_"
 DEFAULT_BACKOFF_S = 0.5
 """Seconds before a tool's first retry, unless it says otherwise; each retry doubles it."""
 
-_META_ATTR = "__taskdecomp_tool__"
+TOOL_OPTIONS_ATTR = "__taskdecomp_tool__"
+"""The attribute :func:`tool` sets on a function: its :class:`ToolOptions`."""
+_META_ATTR = TOOL_OPTIONS_ATTR
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -360,6 +362,10 @@ def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
             )
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (hints.get(param.name, Any), default)
+    key = _model_key(name, extra, fields)
+    made = _ARGS_MODELS.get(key) if key is not None else None
+    if made is not None:
+        return made
     from pydantic import PydanticUserError
 
     try:
@@ -370,7 +376,35 @@ def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
     except (PydanticUserError, TypeError) as exc:
         hints = {param: hint for param, (hint, _) in fields.items()}
         raise ToolsetError(undescribable(name, hints)) from exc
+    if key is not None:
+        if len(_ARGS_MODELS) >= ARGS_MODELS_KEPT:
+            del _ARGS_MODELS[next(iter(_ARGS_MODELS))]  # the oldest
+        _ARGS_MODELS[key] = model
     return model
+
+
+ARGS_MODELS_KEPT = 512
+"""How many argument models :func:`_args_model` keeps for functions of the same shape."""
+
+_ARGS_MODELS: dict[tuple[Any, ...], type[BaseModel]] = {}
+
+
+def _model_key(
+    name: str, extra: str, fields: Mapping[str, tuple[Any, Any]]
+) -> tuple[Any, ...] | None:
+    """What an argument model is made of, or ``None`` when a part cannot be a key.
+
+    A toolset file loaded again (a run given its path) has new functions of the same
+    names, types and defaults: their model is made once, not again per run (pydantic takes
+    a quarter of a millisecond a tool). A type defined in the file is a new type each time,
+    so its tools get a new model.
+    """
+    try:
+        key = (name, extra, tuple((p, h, type(d), d) for p, (h, d) in fields.items()))
+        hash(key)
+    except TypeError:  # an unhashable default or type hint
+        return None
+    return key
 
 
 def undescribable(name: str, hints: Mapping[str, Any]) -> str:

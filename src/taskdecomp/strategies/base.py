@@ -9,6 +9,7 @@ an outcome (cancellation included) and :func:`finish` makes the one
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from taskdecomp.run import RunId, RunResult, RunStatus
 from taskdecomp.runtime import RunContext
 from taskdecomp.stops import LlmPhase, StopReason, StopRun
 from taskdecomp.store.base import Lease, Store, StoredRun
-from taskdecomp.tools import Toolset, ToolSpec, load_toolset
+from taskdecomp.tools import TOOL_OPTIONS_ATTR, Toolset, ToolSpec, load_toolset
 
 ToolsArg = Toolset | str | Path | Iterable[Callable[..., Any] | ToolSpec]
 """A toolset, a path or module name to load one from, or a list of functions."""
@@ -36,12 +37,52 @@ Phases = Callable[[RunContext, "Outcome"], Awaitable[None]]
 
 
 def as_toolset(tools: ToolsArg) -> Toolset:
-    """Accept any :data:`ToolsArg` and return a :class:`~taskdecomp.tools.Toolset`."""
+    """Accept any :data:`ToolsArg` and return a :class:`~taskdecomp.tools.Toolset`.
+
+    A list of plain functions and :class:`~taskdecomp.tools.ToolSpec` objects is made into
+    a toolset once (:data:`TOOLSETS_KEPT` lists at most): building the argument models and
+    schemas took a quarter of a short run's own time when every run did it again.
+    """
     if isinstance(tools, Toolset):
         return tools
     if isinstance(tools, str | Path):
         return load_toolset(tools)
-    return Toolset.from_functions(tools)
+    items = tuple(tools)
+    key = _toolset_key(items)
+    if key is None:
+        return Toolset.from_functions(items)
+    made = _TOOLSETS.pop(key, None)
+    if made is None:
+        made = Toolset.from_functions(items)
+        if len(_TOOLSETS) >= TOOLSETS_KEPT:
+            del _TOOLSETS[next(iter(_TOOLSETS))]  # the least recently used
+    _TOOLSETS[key] = made
+    return made
+
+
+TOOLSETS_KEPT = 64
+"""How many toolsets made from lists of functions :func:`as_toolset` keeps."""
+
+_TOOLSETS: dict[tuple[Any, ...], Toolset] = {}
+"""Toolsets made from lists of functions, by :func:`_toolset_key`, least recently used first."""
+
+
+def _toolset_key(items: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """What a toolset made of ``items`` depends on; ``None`` when it may change between runs.
+
+    A function's :func:`~taskdecomp.tools.tool` options are part of it (a function marked
+    again makes a new toolset); another framework's tool, an MCP server or a toolset object
+    is asked afresh each time.
+    """
+    key: list[Any] = []
+    for item in items:
+        if inspect.isfunction(item):
+            key.append((item, getattr(item, TOOL_OPTIONS_ATTR, None)))
+        elif isinstance(item, ToolSpec) and item.input_schema is None:
+            key.append(item)
+        else:
+            return None
+    return tuple(key)
 
 
 @dataclass(kw_only=True)
