@@ -46,6 +46,8 @@ class _Write(Generic[_T]):
     """Where the outcome goes when someone waits for it."""
     on_error: Callable[[BaseException], object] | None = None
     """Where a failure goes otherwise (see :meth:`GroupWriter.post`)."""
+    lane: object = None
+    """Whose write it is (a run's :class:`Lane`): a group keeps each one's writes in order."""
 
     def ended(self, result: _T) -> None:
         if self.future is not None:
@@ -113,21 +115,31 @@ class GroupWriter:
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, write: Callable[[], _T], *, durable: bool = False) -> Future[_T]:
-        """Queue ``write``; its future ends when the transaction it is in has committed."""
+    def submit(
+        self, write: Callable[[], _T], *, durable: bool = False, lane: object = None
+    ) -> Future[_T]:
+        """Queue ``write``; its future ends when the transaction it is in has committed.
+
+        ``lane`` says whose write it is: a group makes each lane's writes in the order
+        they came, and may make those of different lanes in another order.
+        """
         future: Future[_T] = Future()
-        self._put(_Write(write=write, durable=durable, future=future))
+        self._put(_Write(write=write, durable=durable, future=future, lane=lane))
         return future
 
     def post(
-        self, write: Callable[[], object], *, on_error: Callable[[BaseException], object]
+        self,
+        write: Callable[[], object],
+        *,
+        on_error: Callable[[BaseException], object],
+        lane: object = None,
     ) -> None:
         """Queue a write nobody waits for; a failure goes to ``on_error`` on the writer thread.
 
         Cheaper than :meth:`submit` (no future to make and end), which counts when every
         step of a run posts one.
         """
-        self._put(_Write(write=write, durable=False, future=None, on_error=on_error))
+        self._put(_Write(write=write, durable=False, future=None, on_error=on_error, lane=lane))
 
     def _put(self, item: _Write[Any]) -> None:
         with self._urgent:  # nothing is queued after the stop
@@ -142,12 +154,13 @@ class GroupWriter:
         """Whether queueing ``item`` (``None``: the stop) wakes the thread at once."""
         return item is None or item.durable or self._linger <= 0
 
-    async def durable(self, write: Callable[[], _T]) -> _T:
+    async def durable(self, write: Callable[[], _T], *, lane: object = None) -> _T:
         """Queue ``write`` and wait, without blocking the loop, until it is on disk.
 
         Cancelling the wait does not cancel the write: it is made all the same.
         """
-        return await asyncio.shield(asyncio.wrap_future(self.submit(write, durable=True)))
+        queued = self.submit(write, durable=True, lane=lane)
+        return await asyncio.shield(asyncio.wrap_future(queued))
 
     def flush(self) -> None:
         """Block until everything queued so far is on disk (errors stay in their futures)."""
@@ -187,7 +200,7 @@ class GroupWriter:
         """
         return self._made_here(write, stop=True)
 
-    def here(self, write: Callable[[], _T]) -> _T:
+    def here(self, write: Callable[[], _T], *, lane: object = None) -> _T:
         """Make ``write`` durably after every queued write, on this thread; go on after it.
 
         As :meth:`last`, but the writer stays open for the writes of other runs.
@@ -197,9 +210,9 @@ class GroupWriter:
             Exception: what ``write`` raised (see :meth:`last`).
             BaseException: an interrupt (Ctrl-C) while the group was made (see :meth:`last`).
         """
-        return self._made_here(write, stop=False)
+        return self._made_here(write, stop=False, lane=lane)
 
-    async def end(self, write: Callable[[], _T]) -> _T:
+    async def end(self, write: Callable[[], _T], *, lane: object = None) -> _T:
         """Make a run's last write durably: here when it is the only run, else in a group.
 
         A run alone makes it on the loop's thread (:meth:`here`), which waits for the disk
@@ -212,11 +225,11 @@ class GroupWriter:
             Exception: what ``write`` raised.
         """
         if self._lanes <= 1:
-            return self.here(write)
-        return await self.durable(write)
+            return self.here(write, lane=lane)
+        return await self.durable(write, lane=lane)
 
-    def _made_here(self, write: Callable[[], _T], *, stop: bool) -> _T:
-        final: _Write[_T] = _Write(write=write, durable=True, future=Future())
+    def _made_here(self, write: Callable[[], _T], *, stop: bool, lane: object = None) -> _T:
+        final: _Write[_T] = _Write(write=write, durable=True, future=Future(), lane=lane)
         group: list[_Write[Any]] = []
         with self._committing:
             try:
@@ -352,22 +365,35 @@ class GroupWriter:
 
 
 def _make(group: list[_Write[Any]]) -> list[Any]:
-    """Make the writes of ``group`` in order, joining runs of joinable ones."""
-    results: list[Any] = []
+    """Make the writes of ``group``, joining runs of joinable ones; results in group order.
+
+    Each lane's writes are made in the order they came, one lane after the other (the
+    runs of a shared writer interleave theirs), so a run's checkpoints stay next to each
+    other and join.
+    """
+    lanes: dict[int, list[int]] = {}
+    for index, item in enumerate(group):
+        lanes.setdefault(id(item.lane), []).append(index)
+    results: list[Any] = [None] * len(group)
+    for order in lanes.values():
+        _make_in_order([group[index] for index in order], order, results)
+    return results
+
+
+def _make_in_order(writes: list[_Write[Any]], places: list[int], results: list[Any]) -> None:
+    """Make ``writes`` in order, joining runs of joinable ones; put results at ``places``."""
     index = 0
-    while index < len(group):
-        first = group[index].write
+    while index < len(writes):
+        first = writes[index].write
         key = _join_key(first)
         end = index + 1
-        while key is not None and end < len(group) and _join_key(group[end].write) == key:
+        while key is not None and end < len(writes) and _join_key(writes[end].write) == key:
             end += 1
         if end - index > 1:
-            cast(Joinable, first).join([cast(Joinable, item.write) for item in group[index:end]])
-            results += [None] * (end - index)
+            cast(Joinable, first).join([cast(Joinable, item.write) for item in writes[index:end]])
         else:
-            results.append(first())
+            results[places[index]] = first()
         index = end
-    return results
 
 
 def _join_key(write: Callable[[], Any]) -> Hashable | None:
@@ -398,11 +424,11 @@ class Lane:
         self, write: Callable[[], object], *, on_error: Callable[[BaseException], object]
     ) -> None:
         """Queue a write nobody waits for (see :meth:`GroupWriter.post`)."""
-        self._writer.post(write, on_error=on_error)
+        self._writer.post(write, on_error=on_error, lane=self)
 
     async def durable(self, write: Callable[[], _T]) -> _T:
         """Queue ``write`` and wait until it is on disk (see :meth:`GroupWriter.durable`)."""
-        return await self._writer.durable(write)
+        return await self._writer.durable(write, lane=self)
 
     def flush(self) -> None:
         """Block until everything queued so far is on disk."""
@@ -414,7 +440,7 @@ class Lane:
         Cancelling the wait does not cancel the write: it is made all the same.
         """
         try:
-            return await self._writer.end(write)
+            return await self._writer.end(write, lane=self)
         except asyncio.CancelledError:
             self._writer.flush()  # made all the same: on disk before the run goes on
             raise
@@ -424,7 +450,7 @@ class Lane:
     def last(self, write: Callable[[], _T]) -> _T:
         """Make the run's last write durably on this thread (:meth:`GroupWriter.here`)."""
         try:
-            return self._writer.here(write)
+            return self._writer.here(write, lane=self)
         finally:
             self._leave()
 
