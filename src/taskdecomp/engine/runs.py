@@ -19,7 +19,7 @@ from taskdecomp.prompting import PromptFunction, Prompts
 from taskdecomp.roles import RoleMapping, Roles
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext, run_blocking
-from taskdecomp.store.base import Lease, Store, StoredRun
+from taskdecomp.store.base import Lease, NewRun, Store, StoredRun
 from taskdecomp.strategies import registry
 from taskdecomp.strategies.base import (
     Outcome,
@@ -37,6 +37,7 @@ from taskdecomp.strategies.replan import ReplanOptions
 from taskdecomp.strategies.tree import TreeOptions
 from taskdecomp.telemetry.runspan import RunSpan
 from taskdecomp.tools import Toolset
+from taskdecomp.writer import lane
 
 
 async def run(
@@ -171,8 +172,7 @@ async def run(
         )
         new = traced.stamped(new)  # a resume links to this run's first trace
         ttl = durable.lease_seconds(e.lease_seconds)
-        with store.batch(durable=e.durability == "sync"):  # async: the first barrier syncs it
-            lease = store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
+        lease = await _created(store, new, ttl, e.durability)
         attach_journal(ctx, store, lease, segment=1, started=started, durability=e.durability)
     combiner = ctx.roles.get("combiner")
     setup = Setup(
@@ -181,6 +181,28 @@ async def run(
     phases = _answering(chosen, setup, chosen.start(setup, settings))
     async with durable.leased(ctx.journal), traced:
         return await execute(ctx, Outcome(), budget, phases, started=started)
+
+
+async def _created(store: Store, new: NewRun, ttl: float, durability: Durability) -> Lease:
+    """Store the new run, leased to this process for ``ttl`` seconds; return the lease.
+
+    ``sync`` commits it durably. ``async`` commits it without waiting for the disk (the
+    run's first barrier syncs it); while other runs of this process write to ``store``, in
+    their next group commit (:meth:`~taskdecomp.writer.GroupWriter.first`), so the loop
+    goes on with them instead of waiting for a commit of its own.
+
+    Raises:
+        StoreError: the run cannot be stored (its id is taken, the store failed).
+    """
+    owner = owners.new_owner_id()
+
+    def create() -> Lease:
+        return store.create_run(new, owner=owner, ttl=ttl)
+
+    if durability == "sync":
+        with store.batch(durable=True):
+            return create()
+    return await lane(store).once(create)
 
 
 def _answering(chosen: Strategy, setup: Setup, phases: Phases) -> Phases:
