@@ -149,3 +149,20 @@ def test_duplicate_names_are_refused() -> None:
 
     with pytest.raises(ToolsetError, match="defined twice"):
         Toolset.from_functions([a, a])
+
+
+def test_a_toolset_file_loaded_again_reuses_its_argument_models(tmp_path: Path) -> None:
+    path = tmp_path / "tools.py"
+    path.write_text(
+        "from pydantic import BaseModel\n\n\n"
+        "class Order(BaseModel):\n    n: int\n\n\n"
+        "def plain(n: int, note: str = 'x') -> int:\n    return n\n\n\n"
+        "def ordered(order: Order) -> int:\n    return order.n\n"
+    )
+    first, again = load_toolset(path), load_toolset(path)
+    assert first["plain"].fn is not again["plain"].fn  # the file was imported again
+    assert first["plain"].args_model is again["plain"].args_model
+    assert first["ordered"].args_model is not again["ordered"].args_model  # a new Order
+    assert again["plain"].check_args({"n": 3}) == {"n": 3, "note": "x"}
+    with pytest.raises(ValueError, match="order"):
+        again["ordered"].check_args({"order": {"n": "many"}})

@@ -138,3 +138,25 @@ def test_the_command_line_takes_the_mode_from_the_flag_or_the_environment(
     code, out, err = cli(capsys, *args, "--json", "--durability", "async")
     assert code == 0, err
     assert json.loads(out)["status"] == "ok"
+
+
+def test_runs_at_once_store_everything_and_share_the_disk_waits(store: SqlStore) -> None:
+    runs = 8
+
+    async def all_at_once() -> list[Any]:
+        return await asyncio.gather(
+            *(
+                run("goal", tools=Tools().functions(), model=model(*THREE), store=store,
+                    run_id=RunId(f"r{n}"))
+                for n in range(runs)
+            )
+        )  # fmt: skip
+
+    before = store.durable_commits
+    results = asyncio.run(all_at_once())
+    fsyncs = store.durable_commits - before
+    assert all(result.ok for result in results)
+    assert 1 <= fsyncs <= runs  # at most one a run: the ends share them when they can
+    alone = start(Tools(), store, run_id="alone")
+    for result in results:
+        assert stored_view(store, result.run_id) == stored_view(store, alone.run_id)
