@@ -46,8 +46,6 @@ class _Write(Generic[_T]):
     """Where the outcome goes when someone waits for it."""
     on_error: Callable[[BaseException], object] | None = None
     """Where a failure goes otherwise (see :meth:`GroupWriter.post`)."""
-    wakes: bool = False
-    """Whether queueing it wakes the thread at once, durable or not."""
     lane: object = None
     """Whose write it is (a run's :class:`Lane`): a group keeps each one's writes in order."""
 
@@ -123,16 +121,14 @@ class GroupWriter:
         *,
         durable: bool = False,
         lane: object = None,
-        wake: bool = False,
     ) -> Future[_T]:
         """Queue ``write``; its future ends when the transaction it is in has committed.
 
         ``lane`` says whose write it is: a group makes each lane's writes in the order
-        they came, and may make those of different lanes in another order. ``wake``: the
-        thread commits it at once, as a durable write, without waiting for the disk.
+        they came, and may make those of different lanes in another order.
         """
         future: Future[_T] = Future()
-        self._put(_Write(write=write, durable=durable, future=future, lane=lane, wakes=wake))
+        self._put(_Write(write=write, durable=durable, future=future, lane=lane))
         return future
 
     def post(
@@ -160,7 +156,7 @@ class GroupWriter:
 
     def _wakes(self, item: _Write[Any] | None) -> bool:
         """Whether queueing ``item`` (``None``: the stop) wakes the thread at once."""
-        return item is None or item.durable or item.wakes or self._linger <= 0
+        return item is None or item.durable or self._linger <= 0
 
     async def durable(self, write: Callable[[], _T], *, lane: object = None) -> _T:
         """Queue ``write`` and wait, without blocking the loop, until it is on disk.
@@ -235,22 +231,6 @@ class GroupWriter:
         if self._lanes <= 1:
             return self.here(write, lane=lane)
         return await self.durable(write, lane=lane)
-
-    async def first(self, write: Callable[[], _T], *, lane: object = None) -> _T:
-        """Make a run's first write, committed (not durably) when this returns.
-
-        A run alone makes it here, in a transaction of its own. While other runs use the
-        writer it goes into their next group, which the thread commits at once, and the
-        loop goes on with them meanwhile instead of waiting for a commit of its own.
-
-        Raises:
-            Exception: what ``write`` raised.
-        """
-        if self._lanes <= 1:
-            with self._store.batch(durable=False):
-                return write()
-        queued = self.submit(write, lane=lane, wake=True)
-        return await asyncio.shield(asyncio.wrap_future(queued))
 
     def _made_here(self, write: Callable[[], _T], *, stop: bool, lane: object = None) -> _T:
         final: _Write[_T] = _Write(write=write, durable=True, future=Future(), lane=lane)
@@ -457,16 +437,6 @@ class Lane:
     def flush(self) -> None:
         """Block until everything queued so far is on disk."""
         self._writer.flush()
-
-    async def once(self, write: Callable[[], _T]) -> _T:
-        """Make the lane's only write, committed (:meth:`GroupWriter.first`); leave the lane.
-
-        Cancelling the wait does not cancel the write: it is made all the same.
-        """
-        try:
-            return await self._writer.first(write, lane=self)
-        finally:
-            self._leave()
 
     async def end(self, write: Callable[[], _T]) -> _T:
         """Make the run's last write durably (see :meth:`GroupWriter.end`); leave the lane.

@@ -160,3 +160,27 @@ def test_runs_at_once_store_everything_and_share_the_disk_waits(store: SqlStore)
     alone = start(Tools(), store, run_id="alone")
     for result in results:
         assert stored_view(store, result.run_id) == stored_view(store, alone.run_id)
+
+
+def test_runs_at_once_cancelled_early_all_end_cancelled(store: SqlStore) -> None:
+    runs = 8
+
+    async def cancelled_at_once() -> None:
+        together = asyncio.gather(
+            *(
+                run("goal", tools=Tools().functions(), model=model(*THREE), store=store,
+                    run_id=RunId(f"r{n}"))
+                for n in range(runs)
+            )
+        )  # fmt: skip
+        await asyncio.sleep(0)  # each run goes as far as its first wait
+        together.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await together
+
+    asyncio.run(cancelled_at_once())
+    ends = [
+        (stored.summary.status, stored.summary.stop_reason)
+        for stored in (store.load_run(summary.run_id) for summary in store.list_runs())
+    ]
+    assert ends == [("stopped", "cancelled")] * runs  # none left running under a lease

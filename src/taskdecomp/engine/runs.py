@@ -37,7 +37,6 @@ from taskdecomp.strategies.replan import ReplanOptions
 from taskdecomp.strategies.tree import TreeOptions
 from taskdecomp.telemetry.runspan import RunSpan
 from taskdecomp.tools import Toolset
-from taskdecomp.writer import lane
 
 
 async def run(
@@ -172,7 +171,7 @@ async def run(
         )
         new = traced.stamped(new)  # a resume links to this run's first trace
         ttl = durable.lease_seconds(e.lease_seconds)
-        lease = await _created(store, new, ttl, e.durability)
+        lease = _created(store, new, ttl, e.durability)
         attach_journal(ctx, store, lease, segment=1, started=started, durability=e.durability)
     combiner = ctx.roles.get("combiner")
     setup = Setup(
@@ -183,26 +182,18 @@ async def run(
         return await execute(ctx, Outcome(), budget, phases, started=started)
 
 
-async def _created(store: Store, new: NewRun, ttl: float, durability: Durability) -> Lease:
+def _created(store: Store, new: NewRun, ttl: float, durability: Durability) -> Lease:
     """Store the new run, leased to this process for ``ttl`` seconds; return the lease.
 
-    ``sync`` commits it durably. ``async`` commits it without waiting for the disk (the
-    run's first barrier syncs it); while other runs of this process write to ``store``, in
-    their next group commit (:meth:`~taskdecomp.writer.GroupWriter.first`), so the loop
-    goes on with them instead of waiting for a commit of its own.
+    ``sync`` commits it durably, ``async`` without waiting for the disk (the run's first
+    barrier syncs it). Made here, with no wait in between: a run cancelled while its row
+    was being committed elsewhere would be left ``running`` under a lease nobody holds.
 
     Raises:
         StoreError: the run cannot be stored (its id is taken, the store failed).
     """
-    owner = owners.new_owner_id()
-
-    def create() -> Lease:
-        return store.create_run(new, owner=owner, ttl=ttl)
-
-    if durability == "sync":
-        with store.batch(durable=True):
-            return create()
-    return await lane(store).once(create)
+    with store.batch(durable=durability == "sync"):
+        return store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
 
 
 def _answering(chosen: Strategy, setup: Setup, phases: Phases) -> Phases:
