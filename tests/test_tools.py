@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 from typing import Annotated
 
@@ -166,3 +168,25 @@ def test_a_toolset_file_loaded_again_reuses_its_argument_models(tmp_path: Path) 
     assert again["plain"].check_args({"n": 3}) == {"n": 3, "note": "x"}
     with pytest.raises(ValueError, match="order"):
         again["ordered"].check_args({"order": {"n": "many"}})
+
+
+def test_argument_models_of_types_a_toolset_file_defines_are_not_kept(tmp_path: Path) -> None:
+    path = tmp_path / "tools.py"
+    path.write_text(
+        "import enum\n"
+        "from typing import Annotated\n"
+        "from pydantic import AfterValidator, BaseModel\n\n\n"
+        "class Order(BaseModel):\n    n: int\n\n\n"
+        "class Size(enum.Enum):\n    S = 's'\n\n\n"
+        "def same(n: int) -> int:\n    return n\n\n\n"
+        "def direct(order: Order) -> int:\n    return order.n\n\n\n"
+        "def inside(orders: list[Order] | None = None) -> int:\n    return 0\n\n\n"
+        "def by_default(size: object = Size.S) -> str:\n    return str(size)\n\n\n"
+        "def checked(n: Annotated[int, AfterValidator(same)]) -> int:\n    return n\n"
+    )
+    names = ("direct", "inside", "by_default", "checked")
+    loaded = load_toolset(path)
+    models = [weakref.ref(loaded[name].args_model) for name in names]
+    del loaded
+    gc.collect()
+    assert [model() for model in models] == [None] * len(names)  # nothing keeps this load's
