@@ -190,3 +190,23 @@ def test_argument_models_of_types_a_toolset_file_defines_are_not_kept(tmp_path: 
     del loaded
     gc.collect()
     assert [model() for model in models] == [None] * len(names)  # nothing keeps this load's
+
+
+def test_a_toolset_file_changed_to_equal_types_or_defaults_gets_new_models(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tools.py"
+    path.write_text(
+        "from typing import Literal\n\n\n"
+        "def f(x: int | float, w: tuple[float, ...] = (1, 2)) -> str:\n    return ''\n\n\n"
+        "def g(m: Literal['a', 'b']) -> str:\n    return m\n"
+    )
+    load_toolset(path)
+    path.write_text(
+        "from typing import Literal\n\n\n"
+        "def f(x: float | int, w: tuple[float, ...] = (1.0, 2.0)) -> str:\n    return ''\n\n\n"
+        "def g(m: Literal['b', 'a']) -> str:\n    return m\n"
+    )  # each equal to the one before, yet described and validated differently
+    changed = load_toolset(path)
+    assert repr(changed["f"].check_args({"x": "2"})) == "{'x': 2.0, 'w': (1.0, 2.0)}"
+    assert changed["g"].args_schema()["properties"]["m"]["enum"] == ["b", "a"]

@@ -399,14 +399,20 @@ def _model_key(
     names, types and defaults: their model is made once, not again per run (pydantic takes
     a quarter of a millisecond a tool). A type or value defined in the file is new on each
     load, so its tools' models are not kept: they would never be found again, and each
-    would keep that load's module alive.
+    would keep that load's module alive. The hints' and defaults' ``repr`` is part of the
+    key, since equal is not the same (``int | float`` and ``float | int``, ``(1, 2)`` and
+    ``(1.0, 2.0)``).
     """
     if any(_per_load(hint) or _per_load(default) for hint, default in fields.values()):
         return None
     try:
-        key = (name, extra, tuple((p, h, type(d), d) for p, (h, d) in fields.items()))
+        key = (
+            name,
+            extra,
+            tuple((p, h, repr(h), type(d), d, repr(d)) for p, (h, d) in fields.items()),
+        )
         hash(key)
-    except TypeError:  # an unhashable default or type hint
+    except Exception:  # an unhashable default or type hint, a repr that fails
         return None
     return key
 

@@ -61,3 +61,21 @@ def test_runs_given_the_same_functions_work_alike() -> None:
         return results
 
     assert asyncio.run(twice()) == [[0, 1, 2], [0, 1, 2]]
+
+
+def test_a_function_changed_in_place_makes_a_new_toolset() -> None:
+    def h(n: int = 1) -> int:
+        """Old description."""
+        return n
+
+    before = as_toolset([h])
+    h.__defaults__ = (5,)
+    h.__doc__ = "New description."
+    after = as_toolset([h])
+    assert after is not before
+    assert after["h"].check_args({}) == {"n": 5}
+    assert after["h"].description == "New description."
+    h.__annotations__ = {"n": str, "return": int}
+    assert as_toolset([h])["h"].check_args({"n": "x"}) == {"n": "x"}
+    h.__name__ = "renamed"
+    assert list(as_toolset([h])) == ["renamed"]

@@ -71,18 +71,40 @@ def _toolset_key(items: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """What a toolset made of ``items`` depends on; ``None`` when it may change between runs.
 
     A function's :func:`~taskdecomp.tools.tool` options are part of it (a function marked
-    again makes a new toolset); another framework's tool, an MCP server or a toolset object
-    is asked afresh each time.
+    again makes a new toolset), and so are the parts of it a toolset reads that can be
+    changed in place: its name, docstring, defaults and annotations (their ``repr`` too:
+    ``(1, 2)`` equals ``(1.0, 2.0)``). Another framework's tool, an MCP server or a toolset
+    object is asked afresh each time.
     """
     key: list[Any] = []
     for item in items:
         if inspect.isfunction(item):
-            key.append((item, getattr(item, TOOL_OPTIONS_ATTR, None)))
+            key.append(_function_key(item))
         elif isinstance(item, ToolSpec) and item.input_schema is None:
             key.append(item)
         else:
             return None
-    return tuple(key)
+    try:
+        hash(made := tuple(key))
+    except Exception:  # an unhashable default, a repr that fails
+        return None
+    return made
+
+
+def _function_key(fn: Any) -> tuple[Any, ...]:
+    """What of function ``fn`` a toolset made of it depends on (see :func:`_toolset_key`)."""
+    defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
+    return (
+        fn,
+        getattr(fn, TOOL_OPTIONS_ATTR, None),
+        fn.__name__,
+        fn.__doc__,
+        defaults,
+        repr(defaults),
+        tuple(kwdefaults.items()) if kwdefaults else None,
+        repr(kwdefaults),
+        repr(fn.__annotations__),
+    )
 
 
 @dataclass(kw_only=True)
