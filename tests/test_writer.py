@@ -313,9 +313,11 @@ def test_a_last_write_that_raises_fails_alone_unless_it_is_an_interrupt(
 
     with pytest.raises(type(raised)):
         writer.last(broken)
-    assert kinds(store) == kept and not errors
-    assert waited.done()  # made, or failed with the interrupt: nobody is left waiting
-    assert (waited.exception() is raised) == isinstance(raised, KeyboardInterrupt)
+    assert kinds(store) == kept
+    assert waited.done()  # made, or failed: nobody is left waiting, nothing fails silently
+    interrupted = isinstance(raised, KeyboardInterrupt)
+    assert [type(error) for error in errors] == ([StoreError] if interrupted else [])
+    assert isinstance(waited.exception(), StoreError) == interrupted
     writer._thread.join(60)
     assert not writer._thread.is_alive()
 
@@ -385,3 +387,21 @@ def test_the_shared_writer_ends_once_no_run_uses_it_and_a_new_run_gets_another(
     assert second._writer is not writer and second._writer._thread.is_alive()
     second.last(event_write(store, 2))
     assert kinds(store) == ["e1", "e2"] and not errors
+
+
+@pytest.mark.usefixtures("run_row")
+def test_an_interrupt_while_one_run_ends_fails_the_writes_of_the_others(store: SqlStore) -> None:
+    ending, other = lane(store), lane(store)
+    errors: list[BaseException] = []
+    other.post(event_write(store, 1), on_error=errors.append)  # nobody waits for it
+
+    def interrupted() -> None:
+        put_event(store, 100)
+        raise KeyboardInterrupt  # Ctrl-C while the ending run makes its group
+
+    with pytest.raises(KeyboardInterrupt):
+        ending.last(interrupted)
+    assert [type(error) for error in errors] == [StoreError]  # its run learns of it
+    other.post(event_write(store, 2), on_error=errors.append)
+    other.close()
+    assert kinds(store) == ["e2"] and len(errors) == 1

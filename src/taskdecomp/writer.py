@@ -31,6 +31,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast
 
+from taskdecomp.errors import StoreError
 from taskdecomp.store.base import Store
 
 _T = TypeVar("_T")
@@ -48,12 +49,16 @@ class _Write(Generic[_T]):
     """Where a failure goes otherwise (see :meth:`GroupWriter.post`)."""
     lane: object = None
     """Whose write it is (a run's :class:`Lane`): a group keeps each one's writes in order."""
+    done: bool = False
+    """Whether its outcome was reported."""
 
     def ended(self, result: _T) -> None:
+        self.done = True
         if self.future is not None:
             self.future.set_result(result)
 
     def failed(self, exc: BaseException) -> None:
+        self.done = True
         if self.future is not None:
             self.future.set_exception(exc)
         elif self.on_error is not None:
@@ -199,8 +204,9 @@ class GroupWriter:
             Exception: what ``write`` raised; a queued write's failure goes where it would
                 have gone on the thread (its future or its error handler).
             BaseException: an interrupt (Ctrl-C) while the group was made: it propagates,
-                and the futures not yet ended fail with it (their writes may or may not
-                have been committed).
+                and the queued writes not yet reported fail with a
+                :class:`~taskdecomp.errors.StoreError` (their futures, or their error
+                handlers: they may or may not have been committed).
         """
         return self._made_here(write, stop=True)
 
@@ -248,9 +254,7 @@ class GroupWriter:
                 group.append(final)
                 self._commit(group)
             except BaseException as exc:  # _commit reports the rest: only an interrupt is left
-                for item in group:
-                    if item.future is not None and not item.future.done():
-                        item.future.set_exception(exc)  # nobody is left waiting
+                _fail_unreported(group, exc)
                 raise
             finally:
                 if stop:
@@ -366,6 +370,23 @@ class GroupWriter:
     def _interrupts_caller(self, exc: BaseException) -> bool:
         """Whether ``exc`` interrupts the caller of :meth:`last` (Ctrl-C): it stops there."""
         return not isinstance(exc, Exception) and threading.current_thread() is not self._thread
+
+
+def _fail_unreported(group: list[_Write[Any]], exc: BaseException) -> None:
+    """Fail every write of ``group`` whose outcome was not reported, as cut off by ``exc``.
+
+    Waited-for or not (another run's posted checkpoint), each learns it may not be stored,
+    so its run fails instead of going on as if it were.
+    """
+    for item in group:
+        if item.done or (item.future is not None and item.future.done()):
+            continue
+        error = StoreError(
+            f"interrupted ({type(exc).__name__}) while the group holding this write was "
+            "committed; it may or may not be stored"
+        )
+        error.__cause__ = exc
+        item.failed(error)
 
 
 def _make(group: list[_Write[Any]]) -> list[Any]:
