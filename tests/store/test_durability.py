@@ -184,3 +184,22 @@ def test_runs_at_once_cancelled_early_all_end_cancelled(store: SqlStore) -> None
         for stored in (store.load_run(summary.run_id) for summary in store.list_runs())
     ]
     assert ends == [("stopped", "cancelled")] * runs  # none left running under a lease
+
+
+def test_a_run_that_fails_before_it_starts_gives_up_its_writer_and_lease(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from taskdecomp.durable import take_over
+    from taskdecomp.strategies.plan_execute import PlanExecute
+    from taskdecomp.writer import lane
+
+    def broken(self: object, setup: object, options: object) -> None:
+        raise RuntimeError("cannot start")
+
+    monkeypatch.setattr(PlanExecute, "start", broken)
+    with pytest.raises(RuntimeError, match="cannot start"):
+        start(Tools(), store, run_id="broken")
+    later = lane(store)
+    assert later._writer._lanes == 1  # only this one: the failed run left the writer
+    later.close()
+    take_over(store, RunId("broken"), seconds=30)  # no lease left held by nobody

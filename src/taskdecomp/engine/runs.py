@@ -177,7 +177,12 @@ async def run(
     setup = Setup(
         budget=budget, combiner=combiner, stream_plan=stream_plan, store=e.store, answer=typed
     )
-    phases = _answering(chosen, setup, chosen.start(setup, settings))
+    try:
+        phases = _answering(chosen, setup, chosen.start(setup, settings))
+    except BaseException:
+        if ctx.journal is not None:  # give up its place on the shared writer, and the lease
+            ctx.journal.release()
+        raise
     async with durable.leased(ctx.journal), traced:
         return await execute(ctx, Outcome(), budget, phases, started=started)
 
