@@ -379,7 +379,9 @@ def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
         raise ToolsetError(undescribable(name, hints)) from exc
     if key is not None:
         if len(_ARGS_MODELS) >= ARGS_MODELS_KEPT:
-            del _ARGS_MODELS[next(iter(_ARGS_MODELS))]  # the oldest
+            oldest = next(iter(_ARGS_MODELS), None)  # the oldest
+            if oldest is not None:  # another thread may have emptied it meanwhile
+                _ARGS_MODELS.pop(oldest, None)
         _ARGS_MODELS[key] = model
     return model
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+import taskdecomp.tools as tools_module
 from taskdecomp import ScriptedModel, tool
 from taskdecomp.engine import run
+from taskdecomp.strategies import base
 from taskdecomp.strategies.base import as_toolset
 from taskdecomp.tools import ToolSpec
 
@@ -79,3 +83,27 @@ def test_a_function_changed_in_place_makes_a_new_toolset() -> None:
     assert as_toolset([h])["h"].check_args({"n": "x"}) == {"n": "x"}
     h.__name__ = "renamed"
     assert list(as_toolset([h])) == ["renamed"]
+
+
+class Racing(dict):  # type: ignore[type-arg]
+    """A full cache that another thread empties right after its size was read."""
+
+    def __len__(self) -> int:
+        size = super().__len__()
+        self.clear()
+        return size
+
+
+def test_caches_evicting_at_once_in_two_threads_still_make_the_toolset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(base, "TOOLSETS_KEPT", 1)
+    monkeypatch.setattr(base, "_TOOLSETS", Racing(old=None))
+    monkeypatch.setattr(tools_module, "ARGS_MODELS_KEPT", 1)
+    monkeypatch.setattr(tools_module, "_ARGS_MODELS", Racing(old=None))
+
+    def fresh(n: int, note: str = "fresh") -> str:
+        """A tool no cache has seen."""
+        return note
+
+    assert as_toolset([fresh])["fresh"].check_args({"n": 1}) == {"n": 1, "note": "fresh"}

@@ -55,7 +55,9 @@ def as_toolset(tools: ToolsArg) -> Toolset:
     if made is None:
         made = Toolset.from_functions(items)
         if len(_TOOLSETS) >= TOOLSETS_KEPT:
-            del _TOOLSETS[next(iter(_TOOLSETS))]  # the least recently used
+            oldest = next(iter(_TOOLSETS), None)  # the least recently used
+            if oldest is not None:  # another thread may have emptied it meanwhile
+                _TOOLSETS.pop(oldest, None)
     _TOOLSETS[key] = made
     return made
 
