@@ -11,6 +11,7 @@ sets the isolation of every tool that does not choose its own.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import math
@@ -19,7 +20,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_type_hints, overload
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -44,7 +45,9 @@ TOOLSET_MODULE_PREFIX = "taskdecomp_toolset_"
 DEFAULT_BACKOFF_S = 0.5
 """Seconds before a tool's first retry, unless it says otherwise; each retry doubles it."""
 
-_META_ATTR = "__taskdecomp_tool__"
+TOOL_OPTIONS_ATTR = "__taskdecomp_tool__"
+"""The attribute :func:`tool` sets on a function: its :class:`ToolOptions`."""
+_META_ATTR = TOOL_OPTIONS_ATTR
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -360,6 +363,10 @@ def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
             )
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (hints.get(param.name, Any), default)
+    key = _model_key(name, extra, fields)
+    made = _ARGS_MODELS.get(key) if key is not None else None
+    if made is not None:
+        return made
     from pydantic import PydanticUserError
 
     try:
@@ -370,7 +377,93 @@ def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
     except (PydanticUserError, TypeError) as exc:
         hints = {param: hint for param, (hint, _) in fields.items()}
         raise ToolsetError(undescribable(name, hints)) from exc
+    if key is not None:
+        if len(_ARGS_MODELS) >= ARGS_MODELS_KEPT:
+            oldest = next(iter(_ARGS_MODELS), None)  # the oldest
+            if oldest is not None:  # another thread may have emptied it meanwhile
+                _ARGS_MODELS.pop(oldest, None)
+        _ARGS_MODELS[key] = model
     return model
+
+
+ARGS_MODELS_KEPT = 512
+"""How many argument models :func:`_args_model` keeps for functions of the same shape."""
+
+_ARGS_MODELS: dict[tuple[Any, ...], type[BaseModel]] = {}
+
+
+def _model_key(
+    name: str, extra: str, fields: Mapping[str, tuple[Any, Any]]
+) -> tuple[Any, ...] | None:
+    """What an argument model is made of, or ``None`` when it is not to be kept.
+
+    A toolset file loaded again (a run given its path) has new functions of the same
+    names, types and defaults: their model is made once, not again per run (pydantic takes
+    a quarter of a millisecond a tool). A type or value defined in the file is new on each
+    load, so its tools' models are not kept: they would never be found again, and each
+    would keep that load's module alive. The hints' and defaults' ``repr`` is part of the
+    key, since equal is not the same (``int | float`` and ``float | int``, ``(1, 2)`` and
+    ``(1.0, 2.0)``).
+    """
+    if any(_per_load(hint) or _per_load(default) for hint, default in fields.values()):
+        return None
+    try:
+        key = (
+            name,
+            extra,
+            tuple((p, h, repr(h), type(d), d, repr(d)) for p, (h, d) in fields.items()),
+        )
+        hash(key)
+    except Exception:  # an unhashable default or type hint, a repr that fails
+        return None
+    return key
+
+
+_WALK_DEPTH = 6
+"""How deep :func:`_per_load` looks into a hint or default before giving up (not kept)."""
+
+_WALK_WIDTH = 32
+"""How many parts of a hint or default :func:`_per_load` looks at before giving up."""
+
+
+def _per_load(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` (a type hint or a default) holds something a toolset file defines.
+
+    Looks into generics, unions, ``Annotated`` metadata (a validator function, a
+    :class:`~pydantic.fields.FieldInfo`), containers and dataclasses; ``True`` as well when
+    ``value`` is too deep or wide to tell.
+    """
+    if depth > _WALK_DEPTH:
+        return True
+    try:
+        module = getattr(value, "__module__", None)
+    except Exception:  # an object whose attributes fail: not to be kept
+        return True
+    if isinstance(module, str) and module.startswith(TOOLSET_MODULE_PREFIX):
+        return True
+    parts = _parts(value)
+    if len(parts) > _WALK_WIDTH:
+        return True
+    return any(_per_load(part, depth + 1) for part in parts)
+
+
+def _parts(value: Any) -> tuple[Any, ...]:
+    """What ``value`` is made of, as far as :func:`_per_load` looks."""
+    from pydantic.fields import FieldInfo
+
+    if isinstance(value, str | bytes | int | float | bool | type(None)):
+        return ()
+    if args := get_args(value):
+        return (get_origin(value), *args)
+    if isinstance(value, tuple | list | set | frozenset):
+        return tuple(value)
+    if isinstance(value, dict):
+        return (*value.keys(), *value.values())
+    if isinstance(value, FieldInfo):
+        return (value.default, value.default_factory, *value.metadata)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return tuple(getattr(value, f.name, None) for f in dataclasses.fields(value))
+    return ()
 
 
 def undescribable(name: str, hints: Mapping[str, Any]) -> str:
