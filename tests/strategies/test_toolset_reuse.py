@@ -6,8 +6,7 @@ import asyncio
 
 import pytest
 
-import taskdecomp.tools as tools_module
-from taskdecomp import ScriptedModel, tool
+from taskdecomp import ScriptedModel, argmodels, tool
 from taskdecomp.engine import run
 from taskdecomp.strategies import base
 from taskdecomp.strategies.base import as_toolset
@@ -99,8 +98,8 @@ def test_caches_evicting_at_once_in_two_threads_still_make_the_toolset(
 ) -> None:
     monkeypatch.setattr(base, "TOOLSETS_KEPT", 1)
     monkeypatch.setattr(base, "_TOOLSETS", Racing(old=None))
-    monkeypatch.setattr(tools_module, "ARGS_MODELS_KEPT", 1)
-    monkeypatch.setattr(tools_module, "_ARGS_MODELS", Racing(old=None))
+    monkeypatch.setattr(argmodels, "ARGS_MODELS_KEPT", 1)
+    monkeypatch.setattr(argmodels, "_ARGS_MODELS", Racing(old=None))
 
     def fresh(n: int, note: str = "fresh") -> str:
         """A tool no cache has seen."""
