@@ -40,6 +40,13 @@
     spans recorded by the SDK (a ``BatchSpanProcessor`` to an exporter that drops them)
     and without (the API's no-op, as without the ``otel`` extra), interleaved, best of
     each; target at most 10% more time per step.
+(i) Per-run fixed cost and runs/s: 5-step runs (zero-latency scripted model, a no-op async
+    tool passed as a function): the fixed cost of one run in memory (the median of 300 in
+    a row; target at most 1 ms), and 200 runs 8 at once in memory, on a SQLite file and on
+    PostgreSQL (async durability; targets: SQLite at least 0.5x the runs/s in memory,
+    PostgreSQL at least 0.4x). Each round runs in fresh processes, for this tree and for
+    the commit before this work (``--base``, extracted with ``git archive``), interleaved;
+    best of ``--repeat`` rounds. ``--fixed-cost`` runs this section alone.
 """
 
 from __future__ import annotations
@@ -611,12 +618,166 @@ def _bare_span_us(tracer: Any, count: int = 20_000) -> float:
     return best / count * 1e6
 
 
+TARGET_FIXED_MS = 1.0
+TARGET_STORED_RATIO = {"sqlite": 0.5, "postgresql": 0.4}
+BASE_COMMIT = "3a6d5e2"
+"""The commit before the per-run fixed cost was cut, measured beside this tree in (i)."""
+FIXED_STEPS, FIXED_RUNS, FIXED_AT_ONCE = 5, 200, 8
+
+
+async def _short_run(store: SqlStore | None) -> None:
+    plan = _plan(FIXED_STEPS, "noop_async")
+    model = ScriptedModel(responses=[plan, "done"])
+    budget = Budget(
+        max_plan_steps=FIXED_STEPS, max_execute_steps=FIXED_STEPS, max_tool_calls=FIXED_STEPS
+    )
+    result = await run("bench", tools=[noop_async], model=model, budget=budget, store=store)
+    if not result.ok:
+        raise SystemExit(f"benchmark run failed: {result.stop_reason} {result.message}")
+
+
+async def _runs_per_second(store: SqlStore | None, runs: int = FIXED_RUNS) -> float:
+    slots = asyncio.Semaphore(FIXED_AT_ONCE)
+
+    async def one() -> None:
+        async with slots:
+            await _short_run(store)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(runs)))
+    return runs / (time.perf_counter() - started)
+
+
+async def _fixed_cost(runs: int = 300) -> float:
+    """The median wall time of one 5-step run in memory, runs one after another."""
+    for _ in range(30):
+        await _short_run(None)
+    walls = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        await _short_run(None)
+        walls.append(time.perf_counter() - started)
+    return statistics.median(walls)
+
+
+def measure_fixed_cost(pg: str) -> dict[str, float]:
+    """One round of (i) in this process: the fixed cost, and runs/s per store."""
+    figures = {"fixed": asyncio.run(_fixed_cost())}
+    with tempfile.TemporaryDirectory() as tmp:
+        stores: dict[str, SqlStore | None] = {"memory": None}
+        stores["sqlite"] = open_store(f"sqlite:///{Path(tmp) / 'runs.db'}")
+        schema = ""
+        if pg:
+            import psycopg
+
+            schema = f"bench_{uuid.uuid4().hex[:12]}"
+            with psycopg.connect(pg, autocommit=True) as conn:
+                conn.execute(f"CREATE SCHEMA {schema}")
+            separator = "&" if "?" in pg else "?"
+            stores["postgresql"] = open_store(
+                f"{pg}{separator}options={quote(f'-csearch_path={schema}')}"
+            )
+        try:
+            for name, store in stores.items():
+                asyncio.run(_runs_per_second(store, 40))  # warm up
+                figures[name] = asyncio.run(_runs_per_second(store))
+        finally:
+            for store in stores.values():
+                if store is not None:
+                    store.close()
+            if schema:
+                with psycopg.connect(pg, autocommit=True) as conn:
+                    conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    return figures
+
+
+def _base_tree(commit: str, into: Path) -> Path | None:
+    """The ``src`` folder of ``commit``, extracted into ``into``; ``None`` if git cannot."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(
+        ["git", "-C", str(here), "archive", commit, "src"], capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        return None
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "src"
+
+
+def fixed_cost_rows(repeat: int, pg: str, base: str) -> list[tuple[str, dict[str, float]]]:
+    """(i) for the commit ``base`` and this tree, each round in fresh processes, interleaved."""
+    import subprocess
+    import sys
+
+    here = Path(__file__).resolve()
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {f"before ({base})": _base_tree(base, Path(tmp)) if base else None}
+        trees["now"] = here.parent.parent / "src"
+        best: dict[str, dict[str, float]] = {}
+        for _ in range(repeat):
+            for label, src in trees.items():
+                if src is None:
+                    continue
+                env = {**os.environ, "PYTHONPATH": str(src)}
+                done = subprocess.run(
+                    [sys.executable, str(here), "--measure-fixed-cost", "--pg", pg],
+                    env=env, capture_output=True, text=True, check=True,
+                )  # fmt: skip
+                figures = json.loads(done.stdout.strip().splitlines()[-1])
+                kept = best.setdefault(label, figures)
+                for name, value in figures.items():
+                    better = min if name == "fixed" else max
+                    kept[name] = better(kept[name], value)
+    return list(best.items())
+
+
+def _print_fixed_cost(args: argparse.Namespace) -> None:
+    print(
+        f"(i) per-run fixed cost and runs/s: {FIXED_STEPS}-step runs, model and tools 0 ms; "
+        f"{FIXED_RUNS} runs {FIXED_AT_ONCE} at once; best of {args.repeat} interleaved"
+    )
+    print(
+        f"    target: fixed <={TARGET_FIXED_MS:g} ms; sqlite >="
+        f"{TARGET_STORED_RATIO['sqlite']}x memory, postgresql >="
+        f"{TARGET_STORED_RATIO['postgresql']}x"
+    )
+    print(
+        f"{'code':<18} {'fixed ms':>9} {'memory/s':>9} {'sqlite/s':>9} {'x mem':>6} "
+        f"{'pg/s':>7} {'x mem':>6}"
+    )
+    for label, figures in fixed_cost_rows(args.repeat, args.pg, args.base):
+        memory = figures["memory"]
+        sqlite_ratio = figures["sqlite"] / memory
+        pg_ratio = figures.get("postgresql", float("nan")) / memory
+        ok = (
+            figures["fixed"] * 1000 <= TARGET_FIXED_MS
+            and sqlite_ratio >= TARGET_STORED_RATIO["sqlite"]
+            and (not args.pg or pg_ratio >= TARGET_STORED_RATIO["postgresql"])
+        )
+        print(
+            f"{label:<18} {figures['fixed'] * 1000:>9.2f} {memory:>9.0f} "
+            f"{figures['sqlite']:>9.0f} {sqlite_ratio:>6.2f} "
+            f"{figures.get('postgresql', float('nan')):>7.0f} {pg_ratio:>6.2f}  "
+            f"{'ok' if ok else 'MISS'}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per figure (best/median)")
     default_pg = os.environ.get("TEST_PG_URL", "postgresql://postgres@127.0.0.1/test")
     parser.add_argument("--pg", default=default_pg, help="PostgreSQL URL for (c) ('' to skip)")
+    parser.add_argument("--base", default=BASE_COMMIT, help="commit (i) compares with")
+    parser.add_argument("--fixed-cost", action="store_true", help="run (i) alone")
+    parser.add_argument("--measure-fixed-cost", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.measure_fixed_cost:  # one round of (i), in a process of its own
+        print(json.dumps(measure_fixed_cost(args.pg)))
+        return
+    if args.fixed_cost:
+        _print_fixed_cost(args)
+        return
 
     print(f"(a) orchestration overhead, 50-step plan, best of {args.repeat}")
     print(f"{'case':<44} {'per step':>10} {'marginal':>10}  target <{TARGET_OVERHEAD_US} us")
@@ -667,6 +828,8 @@ def main() -> None:
     print(f"{'case':<36} {'off':>10} {'on':>10} {'more':>8}  {target}")
     for case, off, on, share, verdict in tracing_rows(args.repeat):
         print(f"{case:<36} {off:>10} {on:>10} {share:>8}  {verdict}")
+    print()
+    _print_fixed_cost(args)
 
 
 if __name__ == "__main__":

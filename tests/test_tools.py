@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import http.server
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
@@ -216,3 +218,62 @@ def test_local_schema_references_resolve_and_are_checked() -> None:
         check({"x": "one"})
     with pytest.raises(SchemaMismatch, match="refers to 'http://127"):
         check({"y": 2})
+
+
+def test_a_toolset_file_loaded_again_reuses_its_argument_models(tmp_path: Path) -> None:
+    path = tmp_path / "tools.py"
+    path.write_text(
+        "from pydantic import BaseModel\n\n\n"
+        "class Order(BaseModel):\n    n: int\n\n\n"
+        "def plain(n: int, note: str = 'x') -> int:\n    return n\n\n\n"
+        "def ordered(order: Order) -> int:\n    return order.n\n"
+    )
+    first, again = load_toolset(path), load_toolset(path)
+    assert first["plain"].fn is not again["plain"].fn  # the file was imported again
+    assert first["plain"].args_model is again["plain"].args_model
+    assert first["ordered"].args_model is not again["ordered"].args_model  # a new Order
+    assert again["plain"].check_args({"n": 3}) == {"n": 3, "note": "x"}
+    with pytest.raises(ValueError, match="order"):
+        again["ordered"].check_args({"order": {"n": "many"}})
+
+
+def test_argument_models_of_types_a_toolset_file_defines_are_not_kept(tmp_path: Path) -> None:
+    path = tmp_path / "tools.py"
+    path.write_text(
+        "import enum\n"
+        "from typing import Annotated\n"
+        "from pydantic import AfterValidator, BaseModel\n\n\n"
+        "class Order(BaseModel):\n    n: int\n\n\n"
+        "class Size(enum.Enum):\n    S = 's'\n\n\n"
+        "def same(n: int) -> int:\n    return n\n\n\n"
+        "def direct(order: Order) -> int:\n    return order.n\n\n\n"
+        "def inside(orders: list[Order] | None = None) -> int:\n    return 0\n\n\n"
+        "def by_default(size: object = Size.S) -> str:\n    return str(size)\n\n\n"
+        "def checked(n: Annotated[int, AfterValidator(same)]) -> int:\n    return n\n"
+    )
+    names = ("direct", "inside", "by_default", "checked")
+    loaded = load_toolset(path)
+    models = [weakref.ref(loaded[name].args_model) for name in names]
+    del loaded
+    gc.collect()
+    assert [model() for model in models] == [None] * len(names)  # nothing keeps this load's
+
+
+def test_a_toolset_file_changed_to_equal_types_or_defaults_gets_new_models(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tools.py"
+    path.write_text(
+        "from typing import Literal\n\n\n"
+        "def f(x: int | float, w: tuple[float, ...] = (1, 2)) -> str:\n    return ''\n\n\n"
+        "def g(m: Literal['a', 'b']) -> str:\n    return m\n"
+    )
+    load_toolset(path)
+    path.write_text(
+        "from typing import Literal\n\n\n"
+        "def f(x: float | int, w: tuple[float, ...] = (1.0, 2.0)) -> str:\n    return ''\n\n\n"
+        "def g(m: Literal['b', 'a']) -> str:\n    return m\n"
+    )  # each equal to the one before, yet described and validated differently
+    changed = load_toolset(path)
+    assert repr(changed["f"].check_args({"x": "2"})) == "{'x': 2.0, 'w': (1.0, 2.0)}"
+    assert changed["g"].args_schema()["properties"]["m"]["enum"] == ["b", "a"]

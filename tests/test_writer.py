@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ from taskdecomp.errors import StoreError
 from taskdecomp.run import RunId
 from taskdecomp.store import SqlStore, open_store, schema
 from taskdecomp.store.base import NewRun
-from taskdecomp.writer import GroupWriter
+from taskdecomp.writer import GroupWriter, Lane, lane
 
 
 @pytest.fixture
@@ -312,9 +313,11 @@ def test_a_last_write_that_raises_fails_alone_unless_it_is_an_interrupt(
 
     with pytest.raises(type(raised)):
         writer.last(broken)
-    assert kinds(store) == kept and not errors
-    assert waited.done()  # made, or failed with the interrupt: nobody is left waiting
-    assert (waited.exception() is raised) == isinstance(raised, KeyboardInterrupt)
+    assert kinds(store) == kept
+    assert waited.done()  # made, or failed: nobody is left waiting, nothing fails silently
+    interrupted = isinstance(raised, KeyboardInterrupt)
+    assert [type(error) for error in errors] == ([StoreError] if interrupted else [])
+    assert isinstance(waited.exception(), StoreError) == interrupted
     writer._thread.join(60)
     assert not writer._thread.is_alive()
 
@@ -330,3 +333,75 @@ def test_a_closed_writer_refuses_writes(store: SqlStore) -> None:
 def test_batches_do_not_nest(store: SqlStore) -> None:
     with store.batch(), pytest.raises(RuntimeError, match="nest"), store.batch():
         pass
+
+
+@pytest.mark.usefixtures("run_row")
+def test_runs_sharing_a_writer_end_in_one_durable_commit(store: SqlStore) -> None:
+    lanes = [lane(store) for _ in range(3)]
+    first = Held(store)
+    held = lanes[0]._writer.submit(first)  # the thread is inside a transaction meanwhile
+    assert first.inside.wait(10)
+    before = (store.commits, store.durable_commits)
+
+    async def end_all() -> list[int]:
+        async def end(n: int, one: Lane) -> int:
+            return await one.end(lambda: put_event(store, n) or n)
+
+        ending = [asyncio.create_task(end(n, one)) for n, one in enumerate(lanes, 1)]
+        await asyncio.sleep(0.05)
+        first.gate.set()
+        return await asyncio.gather(*ending)
+
+    assert asyncio.run(end_all()) == [1, 2, 3]
+    assert held.result(10) is None
+    assert (store.commits - before[0], store.durable_commits - before[1]) == (2, 1)
+    assert kinds(store) == ["e0", "e1", "e2", "e3"]
+
+
+@pytest.mark.usefixtures("run_row")
+def test_a_run_alone_on_the_writer_ends_on_its_own_thread(store: SqlStore) -> None:
+    one = lane(store)
+    callers: list[threading.Thread] = []
+
+    def final() -> None:
+        callers.append(threading.current_thread())
+        put_event(store, 1)
+
+    asyncio.run(one.end(final))
+    assert callers == [threading.current_thread()] and kinds(store) == ["e1"]
+
+
+@pytest.mark.usefixtures("run_row")
+def test_the_shared_writer_ends_once_no_run_uses_it_and_a_new_run_gets_another(
+    store: SqlStore,
+) -> None:
+    first = lane(store)
+    writer = first._writer
+    errors: list[BaseException] = []
+    first.post(event_write(store, 1), on_error=errors.append)
+    first.close()  # commits what the run queued, and leaves
+    assert kinds(store) == ["e1"]
+    writer._thread.join(60)
+    assert not writer._thread.is_alive()
+    second = lane(store)
+    assert second._writer is not writer and second._writer._thread.is_alive()
+    second.last(event_write(store, 2))
+    assert kinds(store) == ["e1", "e2"] and not errors
+
+
+@pytest.mark.usefixtures("run_row")
+def test_an_interrupt_while_one_run_ends_fails_the_writes_of_the_others(store: SqlStore) -> None:
+    ending, other = lane(store), lane(store)
+    errors: list[BaseException] = []
+    other.post(event_write(store, 1), on_error=errors.append)  # nobody waits for it
+
+    def interrupted() -> None:
+        put_event(store, 100)
+        raise KeyboardInterrupt  # Ctrl-C while the ending run makes its group
+
+    with pytest.raises(KeyboardInterrupt):
+        ending.last(interrupted)
+    assert [type(error) for error in errors] == [StoreError]  # its run learns of it
+    other.post(event_write(store, 2), on_error=errors.append)
+    other.close()
+    assert kinds(store) == ["e2"] and len(errors) == 1

@@ -79,7 +79,7 @@ from taskdecomp.store.base import (
     StoredRun,
 )
 from taskdecomp.tools import SideEffects
-from taskdecomp.writer import GroupWriter
+from taskdecomp.writer import lane
 
 logger = logging.getLogger(__name__)
 
@@ -211,11 +211,7 @@ class Journal:
         self.failed: BaseException | None = None
         """Why a queued write failed (other than a lost lease); raised at the next write."""
         self._strict_failed = partial(self._write_failed, None)
-        self._writer = (
-            GroupWriter(store, name=f"writer of run {self.run_id}")
-            if durability == "async"
-            else None
-        )
+        self._writer = lane(store) if durability == "async" else None
 
     def __call__(self, event: Event) -> None:
         """Keep ``event`` for the next write (the journal is an event subscriber)."""
@@ -403,20 +399,8 @@ class Journal:
         Raises:
             StoreError: a queued write failed, or the end cannot be stored.
         """
-        if self.lost is None and self.failed is not None:
-            self.close_writer()
-            raise self.failed
-        result, approvals = self.redactor.value((result, approvals))
-        if self.lost is None:
-            events, lease = self.drain(), self.lease
-
-            def end() -> None:
-                if self.failed is not None:  # a write queued before it failed: no end
-                    raise self.failed
-                self.store.finish_run(
-                    self.run_id, result, events=events, lease=lease, approvals=approvals
-                )
-
+        result, end = self._end(result, approvals)
+        if end is not None:
             try:
                 self._last(end)
             except LeaseLostError as exc:
@@ -424,6 +408,64 @@ class Journal:
             else:
                 self._ended = True
                 return result
+        return self._taken(result)
+
+    async def ended(
+        self, result: RunResult, *, approvals: Mapping[str, Any] | None = None
+    ) -> RunResult:
+        """:meth:`finished`, waiting for the disk without blocking the event loop.
+
+        In ``async`` mode the runs of this process that end at the same moment share one
+        durable commit (:meth:`~taskdecomp.writer.GroupWriter.end`).
+
+        Raises:
+            StoreError: a queued write failed, or the end cannot be stored.
+        """
+        if self._writer is None:
+            return self.finished(result, approvals=approvals)
+        result, end = self._end(result, approvals)
+        if end is not None:
+            error = None
+            try:
+                await self._writer.end(end)
+            except Exception as exc:  # after the writes queued before it have reported
+                error = exc
+            try:
+                self._raise_failed(error)
+            except LeaseLostError as exc:
+                self.lost = exc
+            else:
+                self._ended = True
+                return result
+        return self._taken(result)
+
+    def _end(
+        self, result: RunResult, approvals: Mapping[str, Any] | None
+    ) -> tuple[RunResult, Callable[[], None] | None]:
+        """``result`` as stored, and the write that stores it (``None``: the lease is lost).
+
+        Raises:
+            StoreError: a queued write failed.
+        """
+        if self.lost is None and self.failed is not None:
+            self.close_writer()
+            raise self.failed
+        result, approvals = self.redactor.value((result, approvals))
+        if self.lost is not None:
+            return result, None
+        events, lease = self.drain(), self.lease
+
+        def end() -> None:
+            if self.failed is not None:  # a write queued before it failed: no end
+                raise self.failed
+            self.store.finish_run(
+                self.run_id, result, events=events, lease=lease, approvals=approvals
+            )
+
+        return result, end
+
+    def _taken(self, result: RunResult) -> RunResult:
+        """``result`` as the ``lease_lost`` stop of a run another process owns."""
         return replace(
             result,
             status="stopped",
@@ -442,6 +484,10 @@ class Journal:
             self._writer.last(write)
         except Exception as exc:  # after the writes queued before it have reported
             error = exc
+        self._raise_failed(error)
+
+    def _raise_failed(self, error: Exception | None) -> None:
+        """Raise why the end was not stored: a lost lease, an earlier write's, ``error``."""
         if self.lost is not None:
             raise self.lost  # a write queued before it found the run taken over
         if self.failed is not None:

@@ -31,9 +31,10 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 
 from taskdecomp import isolation, jsonsafe, stops
+from taskdecomp.argmodels import IDEMPOTENCY_PARAM
 from taskdecomp.budget import Meter
 from taskdecomp.stops import StopRun, with_detail
-from taskdecomp.tools import IDEMPOTENCY_PARAM, BadToolArgs, Retry, Toolset, ToolSpec
+from taskdecomp.tools import BadToolArgs, Retry, Toolset, ToolSpec
 
 logger = logging.getLogger(__name__)
 

@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from taskdecomp.tools import IDEMPOTENCY_PARAM, TOOLSET_MODULE_PREFIX, Retry, ToolSpec
+from taskdecomp.argmodels import IDEMPOTENCY_PARAM, TOOLSET_MODULE_PREFIX
+from taskdecomp.tools import Retry, ToolSpec
 from taskdecomp.toolsets.python import import_file
 
 if TYPE_CHECKING:  # ForkServerContext does not exist on Windows

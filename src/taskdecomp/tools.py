@@ -15,14 +15,19 @@ import inspect
 import json
 import math
 import sys
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_type_hints, overload
+from typing import Any, Literal, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ValidationError
 
+from taskdecomp.argmodels import (
+    IDEMPOTENCY_PARAM,
+    args_model,
+    schema_text,
+    validation_message,
+)
 from taskdecomp.errors import ConfigError, ToolsetError
 from taskdecomp.schemacheck import Checker, SchemaMismatch, schema_checker
 
@@ -35,16 +40,12 @@ loop) or ``"process"`` (a worker process of its own, killed at the timeout or de
 
 ISOLATIONS: tuple[Isolation, ...] = ("none", "process")
 
-IDEMPOTENCY_PARAM = "idempotency_key"
-"""A parameter with this name receives the run's key for the step; the planner never sees it."""
-
-TOOLSET_MODULE_PREFIX = "taskdecomp_toolset_"
-"""Module names given to toolsets loaded from a file (they are not importable by name)."""
-
 DEFAULT_BACKOFF_S = 0.5
 """Seconds before a tool's first retry, unless it says otherwise; each retry doubles it."""
 
-_META_ATTR = "__taskdecomp_tool__"
+TOOL_OPTIONS_ATTR = "__taskdecomp_tool__"
+"""The attribute :func:`tool` sets on a function: its :class:`ToolOptions`."""
+_META_ATTR = TOOL_OPTIONS_ATTR
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -251,7 +252,7 @@ class ToolSpec:
             description=options.description or (doc.splitlines()[0] if doc else tool_name),
             timeout=options.timeout,
             side_effects=options.side_effects,
-            args_model=_args_model(fn, tool_name),
+            args_model=args_model(fn, tool_name),
             is_async=inspect.iscoroutinefunction(fn),
             takes_idempotency_key=IDEMPOTENCY_PARAM in inspect.signature(fn).parameters,
             needs_approval=options.needs_approval,
@@ -276,13 +277,13 @@ class ToolSpec:
         try:
             return self.args_model.model_validate(dict(args)).model_dump()
         except ValidationError as exc:
-            raise BadToolArgs(_validation_message(exc)) from None
+            raise BadToolArgs(validation_message(exc)) from None
 
     def args_schema(self) -> dict[str, Any]:
         """JSON schema of the arguments, as the planner sees it (a copy of its own)."""
         if self.args_model is None:
             return json.loads(json.dumps(self.input_schema))  # type: ignore[no-any-return]
-        return json.loads(_schema_text(self.args_model))  # type: ignore[no-any-return]
+        return json.loads(schema_text(self.args_model))  # type: ignore[no-any-return]
 
     def catalog_entry(self) -> dict[str, Any]:
         """Name, description and argument schema for the planner's tool catalog."""
@@ -291,14 +292,6 @@ class ToolSpec:
 
 class BadToolArgs(ValueError):
     """A call's arguments do not match its tool's schema (``tool_bad_args:<name>``)."""
-
-
-def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in error["loc"]) or "(arguments)"
-        parts.append(f"{where}: {error['msg']}")
-    return "; ".join(parts)
 
 
 def retry_problem(name: str, side_effects: SideEffects, retries: int) -> str | None:
@@ -312,23 +305,6 @@ def retry_problem(name: str, side_effects: SideEffects, retries: int) -> str | N
     return None
 
 
-_SCHEMAS: weakref.WeakKeyDictionary[type[BaseModel], str] = weakref.WeakKeyDictionary()
-
-
-def _schema_text(args_model: type[BaseModel]) -> str:
-    """An argument model's JSON schema, made once while the model lives.
-
-    Pydantic takes about 0.1 ms a tool, which every planner call paid for every tool. Kept
-    by a weak key: a toolset built for one run does not outlive it here.
-    """
-    text = _SCHEMAS.get(args_model)
-    if text is None:
-        schema = args_model.model_json_schema()
-        schema.pop("title", None)
-        text = _SCHEMAS[args_model] = json.dumps(schema)
-    return text
-
-
 def _check_importable(fn: Callable[..., Any], name: str) -> None:
     qualname = getattr(fn, "__qualname__", "")
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
@@ -338,61 +314,6 @@ def _check_importable(fn: Callable[..., Any], name: str) -> None:
             f"it is not a top-level function of a module ({qualname!r}); define it at the top "
             "level of a module or toolset file"
         )
-
-
-def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
-    try:
-        hints = get_type_hints(fn, include_extras=True)  # keep Annotated[..., Field(...)]
-    except Exception as exc:  # a forward reference that does not resolve, etc.
-        raise ToolsetError(f"tool {name!r}: cannot read its type hints: {exc}") from exc
-    fields: dict[str, Any] = {}
-    extra: Literal["forbid", "allow"] = "forbid"
-    for param in inspect.signature(fn).parameters.values():
-        if param.kind is param.VAR_KEYWORD:
-            extra = "allow"
-            continue
-        if param.kind is param.VAR_POSITIONAL or param.name == IDEMPOTENCY_PARAM:
-            continue
-        if param.kind is param.POSITIONAL_ONLY:
-            raise ToolsetError(
-                f"tool {name!r}: positional-only parameter {param.name!r} cannot be "
-                "passed by name; make it a regular parameter"
-            )
-        default = ... if param.default is param.empty else param.default
-        fields[param.name] = (hints.get(param.name, Any), default)
-    from pydantic import PydanticUserError
-
-    try:
-        model: type[BaseModel] = create_model(
-            f"{name}_args", __config__=ConfigDict(extra=extra), **fields
-        )
-        _schema_text(model)  # a type pydantic validates but cannot describe fails only here
-    except (PydanticUserError, TypeError) as exc:
-        hints = {param: hint for param, (hint, _) in fields.items()}
-        raise ToolsetError(undescribable(name, hints)) from exc
-    return model
-
-
-def undescribable(name: str, hints: Mapping[str, Any]) -> str:
-    """Why tool ``name`` has no argument schema: the first of ``hints`` with no JSON schema.
-
-    Args:
-        name: the tool.
-        hints: its parameters' types, by parameter name.
-    """
-    from pydantic import TypeAdapter
-
-    for param, hint in hints.items():
-        try:
-            TypeAdapter(hint).json_schema()
-        except Exception:  # pydantic raises several kinds, all meaning the same here
-            shown = hint.__qualname__ if isinstance(hint, type) else repr(hint)
-            return (
-                f"tool {name!r}: parameter {param!r} has type {shown}, which pydantic cannot "
-                "describe as JSON schema; use JSON types (str, int, float, bool, list, dict, "
-                "a pydantic model or a dataclass of them)"
-            )
-    return f"tool {name!r}: pydantic cannot describe its arguments as JSON schema"
 
 
 class Toolset(Mapping[str, ToolSpec]):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 from mcptoys import TOY, Toy
 
 from clitools import CHILD, cli
+from listening import free_port, listening
 from support import plan_of, step
 
 LOCAL_TOOLS = '''
@@ -162,24 +162,9 @@ def _only_run(folder: Path) -> str:
 def http_toy(tmp_path: Path) -> Iterator[tuple[str, Toy]]:
     """The toy server over streamable HTTP on a free port of 127.0.0.1."""
     toy = Toy(tmp_path, "beta")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, str(TOY), "beta", "--http", str(port)],
-        env={**os.environ, **toy.env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with socket.socket() as attempt:
-                if attempt.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
+    port = free_port()
+    with listening([sys.executable, str(TOY), "beta", "--http", str(port)], port, env=toy.env):
         yield f"mcp+http://127.0.0.1:{port}/mcp", toy
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def test_a_server_over_streamable_http(

@@ -17,6 +17,7 @@ import pytest
 from mcptoys import TOY, Toy
 
 from clitools import CHILD, cli
+from listening import free_port, listening
 from support import plan_of, step
 from taskdecomp import Budget, MCPServer, ScriptedModel, run_sync
 from taskdecomp.toolsets import load_toolset
@@ -184,30 +185,9 @@ def test_secrets_given_to_a_server_never_reach_the_run(
 @pytest.fixture
 def json_http_server(tmp_path: Path) -> Iterator[str]:
     """``odd.py slowhttp`` on a free port: plain JSON answers, no event stream."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, str(ODD), "slowhttp", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with socket.socket() as attempt:
-                if attempt.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
+    port = free_port()
+    with listening([sys.executable, str(ODD), "slowhttp", str(port)], port):
         yield f"mcp+http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # a call still held: the server waits for it
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.usefixtures("short_start")

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -18,6 +15,7 @@ from mcp.types import CallToolResult
 
 from tests.clitools import CHILD
 from tests.conftest import EXAMPLES
+from tests.listening import free_port, listening
 
 SALES_SCRIPT = EXAMPLES / "sales_report" / "script.json"
 SALES_GOAL = "Prepare the April 2026 sales report for manager_id=7"
@@ -108,39 +106,9 @@ def error_text(result: CallToolResult, *, one_line: bool = True) -> str:
     return text
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def http_server(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
     """``taskdecomp mcp --http PORT ARGS`` in a child process; yields its endpoint URL."""
     port = free_port()
-    process = subprocess.Popen(
-        [*CHILD, "mcp", "--http", str(port), *args],
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.communicate()[1]
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.1)
+    with listening([*CHILD, "mcp", "--http", str(port), *args], port, env=env):
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        try:
-            process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()

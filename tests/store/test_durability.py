@@ -138,3 +138,68 @@ def test_the_command_line_takes_the_mode_from_the_flag_or_the_environment(
     code, out, err = cli(capsys, *args, "--json", "--durability", "async")
     assert code == 0, err
     assert json.loads(out)["status"] == "ok"
+
+
+def test_runs_at_once_store_everything_and_share_the_disk_waits(store: SqlStore) -> None:
+    runs = 8
+
+    async def all_at_once() -> list[Any]:
+        return await asyncio.gather(
+            *(
+                run("goal", tools=Tools().functions(), model=model(*THREE), store=store,
+                    run_id=RunId(f"r{n}"))
+                for n in range(runs)
+            )
+        )  # fmt: skip
+
+    before = store.durable_commits
+    results = asyncio.run(all_at_once())
+    fsyncs = store.durable_commits - before
+    assert all(result.ok for result in results)
+    assert 1 <= fsyncs <= runs  # at most one a run: the ends share them when they can
+    alone = start(Tools(), store, run_id="alone")
+    for result in results:
+        assert stored_view(store, result.run_id) == stored_view(store, alone.run_id)
+
+
+def test_runs_at_once_cancelled_early_all_end_cancelled(store: SqlStore) -> None:
+    runs = 8
+
+    async def cancelled_at_once() -> None:
+        together = asyncio.gather(
+            *(
+                run("goal", tools=Tools().functions(), model=model(*THREE), store=store,
+                    run_id=RunId(f"r{n}"))
+                for n in range(runs)
+            )
+        )  # fmt: skip
+        await asyncio.sleep(0)  # each run goes as far as its first wait
+        together.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await together
+
+    asyncio.run(cancelled_at_once())
+    ends = [
+        (stored.summary.status, stored.summary.stop_reason)
+        for stored in (store.load_run(summary.run_id) for summary in store.list_runs())
+    ]
+    assert ends == [("stopped", "cancelled")] * runs  # none left running under a lease
+
+
+def test_a_run_that_fails_before_it_starts_gives_up_its_writer_and_lease(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from taskdecomp.durable import take_over
+    from taskdecomp.strategies.plan_execute import PlanExecute
+    from taskdecomp.writer import lane
+
+    def broken(self: object, setup: object, options: object) -> None:
+        raise RuntimeError("cannot start")
+
+    monkeypatch.setattr(PlanExecute, "start", broken)
+    with pytest.raises(RuntimeError, match="cannot start"):
+        start(Tools(), store, run_id="broken")
+    later = lane(store)
+    assert later._writer._lanes == 1  # only this one: the failed run left the writer
+    later.close()
+    take_over(store, RunId("broken"), seconds=30)  # no lease left held by nobody

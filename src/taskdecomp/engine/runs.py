@@ -19,7 +19,7 @@ from taskdecomp.prompting import PromptFunction, Prompts
 from taskdecomp.roles import RoleMapping, Roles
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext, run_blocking
-from taskdecomp.store.base import Lease, Store, StoredRun
+from taskdecomp.store.base import Lease, NewRun, Store, StoredRun
 from taskdecomp.strategies import registry
 from taskdecomp.strategies.base import (
     Outcome,
@@ -171,16 +171,34 @@ async def run(
         )
         new = traced.stamped(new)  # a resume links to this run's first trace
         ttl = durable.lease_seconds(e.lease_seconds)
-        with store.batch(durable=e.durability == "sync"):  # async: the first barrier syncs it
-            lease = store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
+        lease = _created(store, new, ttl, e.durability)
         attach_journal(ctx, store, lease, segment=1, started=started, durability=e.durability)
     combiner = ctx.roles.get("combiner")
     setup = Setup(
         budget=budget, combiner=combiner, stream_plan=stream_plan, store=e.store, answer=typed
     )
-    phases = _answering(chosen, setup, chosen.start(setup, settings))
+    try:
+        phases = _answering(chosen, setup, chosen.start(setup, settings))
+    except BaseException:
+        if ctx.journal is not None:  # give up its place on the shared writer, and the lease
+            ctx.journal.release()
+        raise
     async with durable.leased(ctx.journal), traced:
         return await execute(ctx, Outcome(), budget, phases, started=started)
+
+
+def _created(store: Store, new: NewRun, ttl: float, durability: Durability) -> Lease:
+    """Store the new run, leased to this process for ``ttl`` seconds; return the lease.
+
+    ``sync`` commits it durably, ``async`` without waiting for the disk (the run's first
+    barrier syncs it). Made here, with no wait in between: a run cancelled while its row
+    was being committed elsewhere would be left ``running`` under a lease nobody holds.
+
+    Raises:
+        StoreError: the run cannot be stored (its id is taken, the store failed).
+    """
+    with store.batch(durable=durability == "sync"):
+        return store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
 
 
 def _answering(chosen: Strategy, setup: Setup, phases: Phases) -> Phases:

@@ -106,7 +106,6 @@ class RunOut(_Out):
             )
             for step in (result.plan.steps if result.plan is not None else ())
         ]
-        usage = result.usage
         return cls(
             run_id=result.run_id,
             goal=goal,
@@ -117,14 +116,7 @@ class RunOut(_Out):
             message=result.message,
             steps=steps,
             approval=_approval(result.approval),
-            usage=UsageOut(
-                llm_calls=usage.llm_calls,
-                tool_calls=usage.tool_calls,
-                tokens_in=usage.tokens_in,
-                tokens_out=usage.tokens_out,
-                cost_usd=usage.cost_usd,
-                seconds=usage.seconds,
-            ),
+            usage=UsageOut.model_validate(result.usage, from_attributes=True),
         )
 
     @classmethod

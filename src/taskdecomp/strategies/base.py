@@ -9,6 +9,7 @@ an outcome (cancellation included) and :func:`finish` makes the one
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from taskdecomp.run import RunId, RunResult, RunStatus
 from taskdecomp.runtime import RunContext
 from taskdecomp.stops import LlmPhase, StopReason, StopRun
 from taskdecomp.store.base import Lease, Store, StoredRun
-from taskdecomp.tools import Toolset, ToolSpec, load_toolset
+from taskdecomp.tools import TOOL_OPTIONS_ATTR, Toolset, ToolSpec, load_toolset
 
 ToolsArg = Toolset | str | Path | Iterable[Callable[..., Any] | ToolSpec]
 """A toolset, a path or module name to load one from, or a list of functions."""
@@ -36,12 +37,76 @@ Phases = Callable[[RunContext, "Outcome"], Awaitable[None]]
 
 
 def as_toolset(tools: ToolsArg) -> Toolset:
-    """Accept any :data:`ToolsArg` and return a :class:`~taskdecomp.tools.Toolset`."""
+    """Accept any :data:`ToolsArg` and return a :class:`~taskdecomp.tools.Toolset`.
+
+    A list of plain functions and :class:`~taskdecomp.tools.ToolSpec` objects is made into
+    a toolset once (:data:`TOOLSETS_KEPT` lists at most): building the argument models and
+    schemas took a quarter of a short run's own time when every run did it again.
+    """
     if isinstance(tools, Toolset):
         return tools
     if isinstance(tools, str | Path):
         return load_toolset(tools)
-    return Toolset.from_functions(tools)
+    items = tuple(tools)
+    key = _toolset_key(items)
+    if key is None:
+        return Toolset.from_functions(items)
+    made = _TOOLSETS.pop(key, None)
+    if made is None:
+        made = Toolset.from_functions(items)
+        if len(_TOOLSETS) >= TOOLSETS_KEPT:
+            oldest = next(iter(_TOOLSETS), None)  # the least recently used
+            if oldest is not None:  # another thread may have emptied it meanwhile
+                _TOOLSETS.pop(oldest, None)
+    _TOOLSETS[key] = made
+    return made
+
+
+TOOLSETS_KEPT = 64
+"""How many toolsets made from lists of functions :func:`as_toolset` keeps."""
+
+_TOOLSETS: dict[tuple[Any, ...], Toolset] = {}
+"""Toolsets made from lists of functions, by :func:`_toolset_key`, least recently used first."""
+
+
+def _toolset_key(items: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """What a toolset made of ``items`` depends on; ``None`` when it may change between runs.
+
+    A function's :func:`~taskdecomp.tools.tool` options are part of it (a function marked
+    again makes a new toolset), and so are the parts of it a toolset reads that can be
+    changed in place: its name, docstring, defaults and annotations (their ``repr`` too:
+    ``(1, 2)`` equals ``(1.0, 2.0)``). Another framework's tool, an MCP server or a toolset
+    object is asked afresh each time.
+    """
+    key: list[Any] = []
+    for item in items:
+        if inspect.isfunction(item):
+            key.append(_function_key(item))
+        elif isinstance(item, ToolSpec) and item.input_schema is None:
+            key.append(item)
+        else:
+            return None
+    try:
+        hash(made := tuple(key))
+    except Exception:  # an unhashable default, a repr that fails
+        return None
+    return made
+
+
+def _function_key(fn: Any) -> tuple[Any, ...]:
+    """What of function ``fn`` a toolset made of it depends on (see :func:`_toolset_key`)."""
+    defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
+    return (
+        fn,
+        getattr(fn, TOOL_OPTIONS_ATTR, None),
+        fn.__name__,
+        fn.__doc__,
+        defaults,
+        repr(defaults),
+        tuple(kwdefaults.items()) if kwdefaults else None,
+        repr(kwdefaults),
+        repr(fn.__annotations__),
+    )
 
 
 @dataclass(kw_only=True)
@@ -153,7 +218,10 @@ async def execute(
         raise
     finally:
         ctx.gateway.close()
-    return finish(ctx, outcome, started)
+    result, journal = _ending(ctx, outcome, started)
+    if journal is None:
+        return result
+    return await journal.ended(result, approvals=ctx.approvals.to_dict())
 
 
 async def _under_deadline(
@@ -188,6 +256,14 @@ def finish(ctx: RunContext, outcome: Outcome, started: float) -> RunResult:
 
     Its secrets are replaced (:mod:`taskdecomp.redact`): the caller gets what was stored.
     """
+    result, journal = _ending(ctx, outcome, started)
+    if journal is None:
+        return result
+    return journal.finished(result, approvals=ctx.approvals.to_dict())
+
+
+def _ending(ctx: RunContext, outcome: Outcome, started: float) -> tuple[RunResult, Journal | None]:
+    """The run's result, emitted as ``RunStopped``, and the journal that must store it."""
     pending = ctx.approvals.pending if outcome.reason == stops.AWAITING_APPROVAL else None
     result = RunResult(
         run_id=ctx.run_id,
@@ -208,6 +284,4 @@ def finish(ctx: RunContext, outcome: Outcome, started: float) -> RunResult:
     if pending is not None:
         ctx.events.emit(ApprovalRequested(run_id=ctx.run_id, request=pending))
     ctx.events.emit(RunStopped(run_id=ctx.run_id, result=result))
-    if ctx.journal is not None:  # lease_lost if another process took the run meanwhile
-        return ctx.journal.finished(result, approvals=ctx.approvals.to_dict())
-    return result
+    return result, ctx.journal  # lease_lost if another process took the run meanwhile

@@ -29,18 +29,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from taskdecomp.argmodels import IDEMPOTENCY_PARAM, undescribable, validation_message
 from taskdecomp.errors import ToolsetError
 from taskdecomp.schemacheck import SchemaMismatch
 from taskdecomp.tools import (
     _META_ATTR,
     DEFAULT_BACKOFF_S,
-    IDEMPOTENCY_PARAM,
     SideEffects,
     ToolOptions,
     ToolSpec,
-    _validation_message,
     tool,
-    undescribable,
 )
 
 FOREIGN_SIDE_EFFECTS: SideEffects = "unsafe"
@@ -447,7 +445,7 @@ def _validator_checker(validator: Any) -> Callable[[Any], None] | None:
         try:
             validator.validate_python(args)
         except ValidationError as exc:
-            raise SchemaMismatch(_validation_message(exc)) from None
+            raise SchemaMismatch(validation_message(exc)) from None
 
     return check
 

@@ -220,6 +220,14 @@ class _Host:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=CLOSE_SECONDS)
+        # Calls still waiting (on a server that was starting, say) end too, and their
+        # results reach the threads that wait for them before the loop stops.
+        calls = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in calls:
+            task.cancel()
+        if calls:
+            await asyncio.wait(calls, timeout=CLOSE_SECONDS)
+        await asyncio.sleep(0)
 
 
 HOST = _Host()

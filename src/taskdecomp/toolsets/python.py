@@ -17,8 +17,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from taskdecomp.argmodels import TOOLSET_MODULE_PREFIX
 from taskdecomp.errors import ToolsetError
-from taskdecomp.tools import ISOLATIONS, TOOLSET_MODULE_PREFIX, Toolset
+from taskdecomp.tools import ISOLATIONS, Toolset
 from taskdecomp.toolsets.frameworks import adapt
 
 
