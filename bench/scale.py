@@ -531,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="PostgreSQL server")
     parser.add_argument("--user", default="postgres", help="PostgreSQL user (creates databases)")
     args = parser.parse_args(argv)
+    if args.concurrency < 1:
+        parser.error("--concurrency must be at least 1 (runs at once per worker)")
     args.workers = sorted(set(args.workers))
     ideal = 2 * args.latency_ms + 2 * args.tool_ms
     print(

@@ -7,12 +7,15 @@ whether it succeeded or failed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import psycopg
 import pytest
+from bench import scale
 from bench.scale import main
 from sqlalchemy.engine import make_url
 
@@ -20,8 +23,10 @@ PG_URL = os.environ.get("TEST_PG_URL", "postgresql://postgres@127.0.0.1/test")
 SERVER = make_url(PG_URL)
 FAST = [
     *("--host", SERVER.host or "127.0.0.1", "--user", SERVER.username or "postgres"),
-    *("--latency-ms", "10", "--tool-ms", "5", "--runs", "4", "--concurrency", "2"),
+    *("--latency-ms", "10", "--tool-ms", "5", "--runs", "4", "--short-runs", "4"),
+    *("--concurrency", "2"),
 ]
+ROW = re.compile(r"(this process|queued, (\d+) workers?)\s+(\d+)\s+(\d+)\s")
 
 
 def _bench_databases() -> list[str]:
@@ -47,16 +52,15 @@ def _worker_children() -> list[int]:
     return found
 
 
-def _table(out: str, header: str) -> list[list[str]]:
-    """The rows under the line that starts with ``header``, up to the first blank line."""
-    lines = out.splitlines()
-    start = next(no for no, line in enumerate(lines) if line.lstrip().startswith(header)) + 1
-    rows = []
-    for line in lines[start:]:
-        if not line.strip():
-            break
-        rows.append(line.split())
-    return rows
+def _tables(out: str) -> list[list[tuple[str, int, int]]]:
+    """Each throughput table's rows: who ran the runs (``0`` workers: this process), slots, runs."""
+    tables: list[list[tuple[str, int, int]]] = []
+    for line in out.splitlines():
+        if line.startswith("runs through"):
+            tables.append([])
+        elif tables and (found := ROW.match(line)):
+            tables[-1].append((found[1], int(found[3]), int(found[4])))
+    return tables
 
 
 def test_fast_mode_prints_a_row_per_worker_count_and_the_per_run_overhead(
@@ -66,11 +70,11 @@ def test_fast_mode_prints_a_row_per_worker_count_and_the_per_run_overhead(
 
     out = capsys.readouterr().out
     assert "2 model calls and 2 tool waves a run (ideal 30 ms)" in out
-    rows = _table(out, "workers")
-    assert [row[:3] for row in rows] == [["1", "2", "4"], ["2", "4", "4"]]  # workers, slots, runs
-    assert rows[0][6] == "1.00x"  # the speedup is counted from one worker
+    expected = [("this process", 2, 4), ("queued, 1 worker", 2, 4), ("queued, 2 workers", 4, 4)]
+    assert _tables(out) == [expected, expected]  # short runs, then the workload
     labels = ("in process ", "queued, 1 worker ", "overhead ")
-    per_run = [line for line in out.splitlines() if line.startswith(labels)]
+    after = out[out.index("per run, 2 runs one after another") :]
+    per_run = [line for line in after.splitlines() if line.startswith(labels)]
     assert [line.split()[0] for line in per_run] == ["in", "queued,", "overhead"]
     assert re.fullmatch(r"overhead\s+[+-]\d+ ms\s+[+-]\d+ ms\s*", per_run[2])
     assert "submit() p50" in out
@@ -80,10 +84,16 @@ def test_fast_mode_prints_a_row_per_worker_count_and_the_per_run_overhead(
 
 
 def test_a_worker_that_cannot_start_fails_the_bench_and_leaves_nothing_behind(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # a worker refuses --concurrency 0 and exits with a usage error at once
-    status = main([*FAST, "--workers", "1", "--sequential", "1", "--concurrency", "0"])
+    # the workers are given a toolset that does not exist: they exit with a usage error
+    start = scale.start_worker
+
+    def broken(setup: scale.Setup, no: int) -> subprocess.Popen[bytes]:
+        return start(dataclasses.replace(setup, tools=tmp_path / "missing.py"), no)
+
+    monkeypatch.setattr(scale, "start_worker", broken)
+    status = scale.main([*FAST, "--workers", "1", "--sequential", "1"])
 
     out = capsys.readouterr().out
     assert status == 1
@@ -92,3 +102,9 @@ def test_a_worker_that_cannot_start_fails_the_bench_and_leaves_nothing_behind(
     assert "note: worker-1.log:" in out  # what the worker said is shown
     assert _bench_databases() == []
     assert _worker_children() == []
+
+
+def test_no_runs_at_once_is_refused() -> None:
+    with pytest.raises(SystemExit) as refused:
+        scale.main([*FAST, "--concurrency", "0"])
+    assert refused.value.code == 2
