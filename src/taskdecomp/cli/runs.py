@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shlex
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -383,6 +382,8 @@ def _hint(text: str) -> None:
 
 
 def _db_flag(db: str | None) -> str:
+    import shlex
+
     return f" --db {shlex.quote(db)}" if db else ""
 
 

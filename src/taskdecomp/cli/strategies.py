@@ -10,7 +10,6 @@ the strategies that take it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -158,6 +157,8 @@ def _refusal(
 
 
 def _pairs(pairs: Sequence[str]) -> dict[str, Any]:
+    import json  # not at start-up: a usage error or --help never needs it
+
     found: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
