@@ -45,7 +45,6 @@ DEFAULT_BACKOFF_S = 0.5
 
 TOOL_OPTIONS_ATTR = "__taskdecomp_tool__"
 """The attribute :func:`tool` sets on a function: its :class:`ToolOptions`."""
-_META_ATTR = TOOL_OPTIONS_ATTR
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -167,7 +166,7 @@ def tool(
         problem = retry_problem(getattr(func, "__name__", repr(func)), side_effects, retries)
         if problem is not None:
             raise ValueError(problem)
-        setattr(func, _META_ATTR, options)
+        setattr(func, TOOL_OPTIONS_ATTR, options)
         return func
 
     return mark(fn) if fn is not None else mark
@@ -240,7 +239,7 @@ class ToolSpec:
             ToolsetError: the type hints do not resolve, or a ``"process"`` tool cannot be
                 imported by a worker process.
         """
-        options: ToolOptions = getattr(fn, _META_ATTR, ToolOptions())
+        options: ToolOptions = getattr(fn, TOOL_OPTIONS_ATTR, ToolOptions())
         tool_name = name or fn.__name__
         doc = inspect.getdoc(fn) or ""
         chosen = options.isolation or isolation or "none"

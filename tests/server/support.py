@@ -6,7 +6,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -20,6 +19,7 @@ import uvicorn
 
 from taskdecomp.server import ServerConfig, create_app, open_service
 from tests.clitools import CHILD
+from tests.listening import free_port
 
 TOOLSET = '''
 import os, time
@@ -138,12 +138,6 @@ def decomp_model(tmp_path: Path, *, latency_ms: float = 0) -> str:
         latency_ms=latency_ms,
         default={"children": []},
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -33,8 +33,8 @@ from taskdecomp.argmodels import IDEMPOTENCY_PARAM, undescribable, validation_me
 from taskdecomp.errors import ToolsetError
 from taskdecomp.schemacheck import SchemaMismatch
 from taskdecomp.tools import (
-    _META_ATTR,
     DEFAULT_BACKOFF_S,
+    TOOL_OPTIONS_ATTR,
     SideEffects,
     ToolOptions,
     ToolSpec,
@@ -200,12 +200,12 @@ def _options(name: str, **given: Any) -> ToolOptions:
 
     probe.__name__ = name
     tool(**given)(probe)
-    options: ToolOptions = getattr(probe, _META_ATTR)
+    options: ToolOptions = getattr(probe, TOOL_OPTIONS_ATTR)
     return options
 
 
 def _refuse_marks(target: Any, what: str, instead: str) -> None:
-    if getattr(target, _META_ATTR, None) is not None:
+    if getattr(target, TOOL_OPTIONS_ATTR, None) is not None:
         raise ToolsetError(
             f"@tool options on {what} are not read; give them to "
             f"taskdecomp.{instead}(..., side_effects=..., timeout=...) instead"
