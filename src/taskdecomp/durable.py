@@ -44,6 +44,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
@@ -75,6 +76,7 @@ from taskdecomp.store.base import (
     AttemptStart,
     EventRecord,
     Lease,
+    NewRun,
     Store,
     StoredRun,
 )
@@ -117,6 +119,17 @@ def lease_seconds(seconds: float) -> float:
             "(TASKDECOMP_LEASE_SECONDS on the command line; the default is 30)"
         )
     return float(seconds)
+
+
+def first_lease(store: Store, run_id: RunId, *, seconds: float) -> Lease:
+    """The lease a new run is created with: epoch 1, a new owner, ``seconds`` from now.
+
+    For :meth:`Journal.create`, whose row, stored a moment later, expires no sooner.
+    """
+    now = getattr(store, "now", time.time)()
+    return Lease(
+        run_id=run_id, owner=new_owner_id(), epoch=1, ttl=seconds, expires_at=now + seconds
+    )
 
 
 def take_over(store: Store, run_id: RunId, *, seconds: float) -> tuple[Lease, StoredRun]:
@@ -207,6 +220,8 @@ class Journal:
         """The clock the lease is kept in."""
         self._events: list[EventRecord] = []
         self._ended = False
+        self._creating: Future[None] | None = None
+        """The run's row, queued and maybe not yet committed (:meth:`create`)."""
         self._held: list[tuple[Callable[[], object], str | None]] | None = None
         self.failed: BaseException | None = None
         """Why a queued write failed (other than a lost lease); raised at the next write."""
@@ -268,6 +283,41 @@ class Journal:
             raise StopRun(stops.LEASE_LOST, message=str(self.lost))
         if self.failed is not None:
             raise self.failed
+
+    def create(self, new: NewRun) -> None:
+        """Store the new run, leased by this journal's lease.
+
+        ``sync`` commits it durably here. ``async`` queues it ahead of the run's other
+        writes and wakes the writer, which commits it (without waiting for the disk: the
+        run's first barrier syncs it) with what the other runs of this process wrote
+        meanwhile; :meth:`stored` waits for that, before the run calls anything.
+
+        Raises:
+            StoreError: ``sync``: the run cannot be stored (its id is taken, the store failed).
+        """
+        lease = self.lease
+
+        def write() -> None:
+            self.store.create_run(new, owner=lease.owner, ttl=lease.ttl)
+
+        if self._writer is None:
+            with self.store.batch(durable=True):
+                write()
+        else:
+            self._creating = self._writer.submit(write, urgent=True)
+
+    async def stored(self) -> None:
+        """Wait, without blocking the loop, until the run's row is committed.
+
+        From then on it survives this process being killed. Cancelling the wait does not
+        cancel the write: it is made all the same, before the run's end.
+
+        Raises:
+            StoreError: the run cannot be stored (its id is taken, the store failed).
+        """
+        creating, self._creating = self._creating, None
+        if creating is not None:
+            await asyncio.shield(asyncio.wrap_future(creating))
 
     def reopened(self) -> None:
         """Mark the stored run ``running`` again for this segment.

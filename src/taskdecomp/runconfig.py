@@ -11,7 +11,7 @@ when the run has an answer type.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ def new_run(
     strategy: str = "plan_execute",
     options: Mapping[str, Any] | None = None,
     answer_schema: Mapping[str, Any] | None = None,
+    redactor: Redactor | None = None,
 ) -> NewRun:
     """What to store when a run starts: enough for a resume to rebuild it.
 
@@ -74,10 +75,11 @@ def new_run(
     ``options`` (the strategy's, in their JSON form) are stored under the strategy's name;
     ``answer_schema``, the JSON schema of the run's answer type, only when given.
     The values of secret variables in the goal and the options are stored as
-    ``[redacted]`` (:mod:`taskdecomp.redact`).
+    ``[redacted]`` (:mod:`taskdecomp.redact`): by ``redactor``, the run's, or else the
+    environment's.
     """
     config: dict[str, Any] = {
-        "budget": asdict(budget),
+        "budget": budget_fields(budget),
         "allow": sorted(allow),
         "roles": role_names(roles or {}),
         "strategy": strategy,
@@ -88,7 +90,8 @@ def new_run(
         if strategy in config:
             raise ConfigError(f"a strategy may not be called {strategy!r}: the run stores that")
         config[strategy] = dict(options)
-    secrets = Redactor.from_environ()  # a key typed into the goal is stored redacted too
+    # a key typed into the goal is stored redacted too
+    secrets = redactor if redactor is not None else Redactor.from_environ()
     return NewRun(
         run_id=run_id,
         goal=secrets.text(goal),
@@ -96,6 +99,14 @@ def new_run(
         tools=tools_name(tools),
         config=secrets.value(config),
     )
+
+
+def budget_fields(budget: Budget) -> dict[str, Any]:
+    """The budget's fields as a JSON object (every one a number or ``None``)."""
+    return {name: getattr(budget, name) for name in _BUDGET_FIELDS}
+
+
+_BUDGET_FIELDS = tuple(spec.name for spec in fields(Budget))
 
 
 def model_name(model: object) -> str | None:

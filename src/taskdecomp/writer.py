@@ -49,6 +49,8 @@ class _Write(Generic[_T]):
     """Where a failure goes otherwise (see :meth:`GroupWriter.post`)."""
     lane: object = None
     """Whose write it is (a run's :class:`Lane`): a group keeps each one's writes in order."""
+    urgent: bool = False
+    """Whether it wakes the thread at once (as a durable write does) without being durable."""
     done: bool = False
     """Whether its outcome was reported."""
 
@@ -126,14 +128,17 @@ class GroupWriter:
         *,
         durable: bool = False,
         lane: object = None,
+        urgent: bool = False,
     ) -> Future[_T]:
         """Queue ``write``; its future ends when the transaction it is in has committed.
 
         ``lane`` says whose write it is: a group makes each lane's writes in the order
-        they came, and may make those of different lanes in another order.
+        they came, and may make those of different lanes in another order. An ``urgent``
+        write wakes the thread at once, as a durable one does, but its group does not wait
+        for the disk (unless a durable write is in it too).
         """
         future: Future[_T] = Future()
-        self._put(_Write(write=write, durable=durable, future=future, lane=lane))
+        self._put(_Write(write=write, durable=durable, future=future, lane=lane, urgent=urgent))
         return future
 
     def post(
@@ -161,7 +166,7 @@ class GroupWriter:
 
     def _wakes(self, item: _Write[Any] | None) -> bool:
         """Whether queueing ``item`` (``None``: the stop) wakes the thread at once."""
-        return item is None or item.durable or self._linger <= 0
+        return item is None or item.durable or item.urgent or self._linger <= 0
 
     async def durable(self, write: Callable[[], _T], *, lane: object = None) -> _T:
         """Queue ``write`` and wait, without blocking the loop, until it is on disk.
@@ -454,6 +459,10 @@ class Lane:
     async def durable(self, write: Callable[[], _T]) -> _T:
         """Queue ``write`` and wait until it is on disk (see :meth:`GroupWriter.durable`)."""
         return await self._writer.durable(write, lane=self)
+
+    def submit(self, write: Callable[[], _T], *, urgent: bool = False) -> Future[_T]:
+        """Queue ``write``; its future ends once committed (see :meth:`GroupWriter.submit`)."""
+        return self._writer.submit(write, lane=self, urgent=urgent)
 
     def flush(self) -> None:
         """Block until everything queued so far is on disk."""

@@ -203,3 +203,45 @@ def test_a_run_that_fails_before_it_starts_gives_up_its_writer_and_lease(
     assert later._writer._lanes == 1  # only this one: the failed run left the writer
     later.close()
     take_over(store, RunId("broken"), seconds=30)  # no lease left held by nobody
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_new_run_is_committed_before_its_first_model_call(
+    store: SqlStore, store_url: str, mode: str
+) -> None:
+    other = open_store(store_url)  # another connection: sees only what was committed
+    seen: list[str] = []
+    planner = model(*THREE)
+    answer = planner.complete
+
+    async def complete(request: Any) -> Any:
+        if not seen:
+            seen.append(other.load_run(RunId("fresh")).summary.status)
+        return await answer(request)
+
+    planner.complete = complete  # type: ignore[method-assign]
+    try:
+        result = asyncio.run(
+            run("goal", tools=Tools().functions(), model=planner, store=store, durability=mode,
+                run_id=RunId("fresh"))
+        )  # fmt: skip
+    finally:
+        other.close()
+    assert result.ok
+    assert seen == ["running"]
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_run_whose_id_is_taken_fails_and_leaves_the_stored_run_alone(
+    store: SqlStore, mode: str
+) -> None:
+    first = start(Tools(), store, run_id="taken")
+    before = stored_view(store, "taken")
+    tools = Tools()
+    with pytest.raises(StoreError, match="'taken' is already stored"):
+        asyncio.run(
+            run("goal", tools=tools.functions(), model=model(*THREE), store=store,
+                durability=mode, run_id=RunId("taken"))
+        )  # fmt: skip
+    assert tools.calls == []  # nothing was called for a run that could not be stored
+    assert first.ok and stored_view(store, "taken") == before

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from taskdecomp import answers, durable, owners, runconfig
+from taskdecomp import answers, durable, runconfig
 from taskdecomp.answertype import AnswerType, OutputType, answer_type
 from taskdecomp.budget import Budget
 from taskdecomp.durable import Durability
@@ -19,7 +19,7 @@ from taskdecomp.prompting import PromptFunction, Prompts
 from taskdecomp.roles import RoleMapping, Roles
 from taskdecomp.run import RunId, RunResult, new_run_id
 from taskdecomp.runtime import Clock, RunContext, run_blocking
-from taskdecomp.store.base import Lease, NewRun, Store, StoredRun
+from taskdecomp.store.base import Lease, Store, StoredRun
 from taskdecomp.strategies import registry
 from taskdecomp.strategies.base import (
     Outcome,
@@ -168,11 +168,15 @@ async def run(
             strategy=chosen.name,
             options=chosen.encode(settings),
             answer_schema=typed.schema if typed is not None else None,
+            redactor=ctx.redactor,
         )
         new = traced.stamped(new)  # a resume links to this run's first trace
         ttl = durable.lease_seconds(e.lease_seconds)
-        lease = _created(store, new, ttl, e.durability)
-        attach_journal(ctx, store, lease, segment=1, started=started, durability=e.durability)
+        lease = durable.first_lease(store, ctx.run_id, seconds=ttl)
+        journal = attach_journal(
+            ctx, store, lease, segment=1, started=started, durability=e.durability
+        )
+        journal.create(new)  # async: committed before the run calls anything (execute)
     combiner = ctx.roles.get("combiner")
     setup = Setup(
         budget=budget, combiner=combiner, stream_plan=stream_plan, store=e.store, answer=typed
@@ -185,20 +189,6 @@ async def run(
         raise
     async with durable.leased(ctx.journal), traced:
         return await execute(ctx, Outcome(), budget, phases, started=started)
-
-
-def _created(store: Store, new: NewRun, ttl: float, durability: Durability) -> Lease:
-    """Store the new run, leased to this process for ``ttl`` seconds; return the lease.
-
-    ``sync`` commits it durably, ``async`` without waiting for the disk (the run's first
-    barrier syncs it). Made here, with no wait in between: a run cancelled while its row
-    was being committed elsewhere would be left ``running`` under a lease nobody holds.
-
-    Raises:
-        StoreError: the run cannot be stored (its id is taken, the store failed).
-    """
-    with store.batch(durable=durability == "sync"):
-        return store.create_run(new, owner=owners.new_owner_id(), ttl=ttl)
 
 
 def _answering(chosen: Strategy, setup: Setup, phases: Phases) -> Phases:

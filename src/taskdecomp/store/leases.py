@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, CursorResult, Insert, bindparam, insert, select, update
+from sqlalchemy import Connection, Insert, bindparam, insert, select, update
 
 from taskdecomp import owners
 from taskdecomp.errors import LeaseLostError, RunLeasedError, RunNotFoundError
 from taskdecomp.run import RunId
 from taskdecomp.store import rows, schema
 from taskdecomp.store.base import Lease
+from taskdecomp.store.prepared import Prepared
 
 _runs = schema.runs
 
@@ -100,16 +101,19 @@ def fence(conn: Connection, lease: Lease, *, now: float) -> None:
     Raises:
         LeaseLostError: another owner or a newer epoch holds the run.
     """
-    held(conn, conn.execute(FENCE, params(lease, now=now)), lease)
+    held(conn, _FENCE(conn, params(lease, now=now)), lease)
 
 
-def held(conn: Connection, result: CursorResult[Any], lease: Lease) -> None:
-    """Check that a fenced statement updated the run's row.
+_FENCE = Prepared(FENCE)
+
+
+def held(conn: Connection, updated: int, lease: Lease) -> None:
+    """Check that a fenced statement updated the run's row (``updated`` rows).
 
     Raises:
         LeaseLostError: it updated nothing: ``lease`` no longer holds the run.
     """
-    if result.rowcount != 1:
+    if updated != 1:
         raise lost(conn, lease)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any
 
 from taskdecomp.budget import Usage
@@ -27,8 +27,11 @@ def key(run_id: RunId) -> str:
 
 
 def usage(value: Usage) -> str:
-    """The stored form of a usage snapshot."""
-    return encode_json(asdict(value), what="usage")
+    """The stored form of a usage snapshot (its fields are numbers: no copy of them is made)."""
+    return encode_json({name: getattr(value, name) for name in _USAGE_FIELDS}, what="usage")
+
+
+_USAGE_FIELDS = tuple(spec.name for spec in fields(Usage))
 
 
 def new_run(run: NewRun, *, now: float, owner: str | None = None, ttl: float = 0.0) -> Row:
@@ -45,7 +48,7 @@ def new_run(run: NewRun, *, now: float, owner: str | None = None, ttl: float = 0
         "model": encode_optional_text(run.model, what="the model string"),
         "tools": encode_optional_text(run.tools, what="the toolset"),
         "config": encode_json(dict(run.config), what="the run's settings"),
-        "usage": usage(Usage()),
+        "usage": _NO_USAGE,
         "result": None,
         "segments": 1,
         "started_at": now,
@@ -53,6 +56,9 @@ def new_run(run: NewRun, *, now: float, owner: str | None = None, ttl: float = 0
         "finished_at": None,
         **lease,
     }
+
+
+_NO_USAGE = usage(Usage())
 
 
 def claim(owner: str, *, epoch: int, ttl: float, now: float) -> Row:

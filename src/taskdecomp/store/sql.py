@@ -34,7 +34,6 @@ from sqlalchemy import (
     URL,
     Connection,
     Engine,
-    Update,
     bindparam,
     create_engine,
     delete,
@@ -69,6 +68,7 @@ from taskdecomp.store.base import (
 )
 from taskdecomp.store.codec import encode_json
 from taskdecomp.store.listing import RunKey, RunPage
+from taskdecomp.store.prepared import Prepared
 from taskdecomp.store.reads import EventPage
 
 _BEGIN = "taskdecomp_sqlite_begin"
@@ -95,16 +95,14 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 # The checkpoint's statements, built once: values travel as parameters, so a checkpoint
 # spends its time in the database, not in building SQL expressions.
 _INSERT_NEW_RUN = {
-    name: insert_of(schema.runs)
-    .on_conflict_do_nothing(index_elements=["id"])
-    .execution_options(preserve_rowcount=True)
+    name: Prepared(insert_of(schema.runs).on_conflict_do_nothing(index_elements=["id"]))
     for name, insert_of in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert))
 }
 """A run's row unless its id is taken (then no row is inserted): one statement, no lookup
 first. SQLAlchemy keeps an ``INSERT``'s row count only when asked."""
 _INSERT_ATTEMPT = insert(schema.attempts)
 _INSERT_STEP = insert(schema.steps)
-_INSERT_PLAN = insert(schema.plans)
+_INSERT_PLAN = Prepared(insert(schema.plans))
 _END_ATTEMPT = (
     update(schema.attempts)
     .where(schema.attempts.c.id == bindparam("b_id"))
@@ -115,18 +113,20 @@ _SET_STATE = (
     .where(schema.runs.c.id == bindparam("b_key"))
     .values(state=bindparam("b_state"))
 )
-_TOUCH_RUN = (
+_TOUCH_RUN = Prepared(
     update(schema.runs)
     .where(schema.runs.c.id == bindparam("b_key"))
     .values(usage=bindparam("b_usage"), updated_at=bindparam("b_now"))
 )
-_FENCED_TOUCH = leases.FENCE.values(usage=bindparam("b_usage"), updated_at=bindparam("b_now"))
+_FENCED_TOUCH = Prepared(
+    leases.FENCE.values(usage=bindparam("b_usage"), updated_at=bindparam("b_now"))
+)
 """The checkpoint's run update, fenced by the lease (and renewing it): the fence costs no
 statement of its own."""
 
 
 @functools.cache
-def _finish(columns: tuple[str, ...], *, fenced: bool) -> Update:
+def _finish(columns: tuple[str, ...], *, fenced: bool) -> Prepared:
     """A run's end setting ``columns``, fenced by the lease (which it gives up) or not.
 
     Built once each: SQLAlchemy would otherwise build and key a new statement every call.
@@ -137,7 +137,7 @@ def _finish(columns: tuple[str, ...], *, fenced: bool) -> Update:
         .where(runs.c.id == bindparam("b_key"))
         .values({name: bindparam(f"v_{name}") for name in columns})
     )
-    return statement.where(*leases.HELD) if fenced else statement
+    return Prepared(statement.where(*leases.HELD) if fenced else statement)
 
 
 def normalize_url(url: str) -> URL:
@@ -402,7 +402,7 @@ class SqlStore:
         now = self.now()
         row = rows.new_run(run, now=now, owner=owner, ttl=ttl)
         with self.write() as conn:
-            if conn.execute(_INSERT_NEW_RUN[self.dialect], row).rowcount != 1:
+            if _INSERT_NEW_RUN[self.dialect](conn, row) != 1:
                 raise StoreConfigError(
                     f"a run with id {run.run_id!r} is already stored; resume it or pick another id"
                 )
@@ -493,7 +493,7 @@ class SqlStore:
         with self.write() as conn:
             if lease is not None:
                 leases.fence(conn, lease, now=now)
-            conn.execute(_INSERT_PLAN, row)
+            _INSERT_PLAN(conn, row)
             self._events(conn, run_id, events)
 
     def record_intent(
@@ -628,9 +628,9 @@ class SqlStore:
     ) -> None:
         """Update the run's usage; with a ``lease``, that update is the fence."""
         if lease is None:
-            conn.execute(_TOUCH_RUN, touch)
+            _TOUCH_RUN(conn, touch)
         else:
-            fenced = conn.execute(_FENCED_TOUCH, {**leases.params(lease, now=now), **touch})
+            fenced = _FENCED_TOUCH(conn, {**leases.params(lease, now=now), **touch})
             leases.held(conn, fenced, lease)
 
     def finish_run(
@@ -657,7 +657,7 @@ class SqlStore:
             params |= leases.params(lease, now=now)
         params["b_key"] = rows.key(run_id)
         with self.write() as conn:
-            finished = conn.execute(statement, params)
+            finished = statement(conn, params)
             if lease is not None:
                 leases.held(conn, finished, lease)
             self._events(conn, run_id, events)

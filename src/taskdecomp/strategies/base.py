@@ -208,9 +208,14 @@ def restore(ctx: RunContext, stored: StoredRun) -> None:
 async def execute(
     ctx: RunContext, outcome: Outcome, budget: Budget, phases: Phases, *, started: float
 ) -> RunResult:
-    """Run ``phases`` under the deadline and end the run with exactly one result."""
-    ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=ctx.goal))
+    """Run ``phases`` under the deadline and end the run with exactly one result.
+
+    A new stored run's row is committed first (:meth:`Journal.stored`).
+    """
     try:
+        if ctx.journal is not None:
+            await ctx.journal.stored()
+        ctx.events.emit(RunStarted(run_id=ctx.run_id, goal=ctx.goal))
         await _under_deadline(ctx, outcome, budget, phases)
     except asyncio.CancelledError:
         outcome.reason = stops.CANCELLED
