@@ -23,6 +23,13 @@ one that depends on both; the tool waits ``--tool-ms``), then the combine call a
   once-a-second look at the queue, submit the next); the overhead is the queued median
   minus the in-process one. Run time is the stored end minus the stored start (for a
   queued run: its submit), so it includes the wait for the worker to pick the run up.
+- DBOS's floor: as many empty DBOS workflows as short runs, enqueued at once (a DBOS
+  enqueue and a ``NOTIFY`` each, from 4 threads) and executed by one process that takes
+  them off the queue as a worker takes runs (its ``Dispatcher``, woken by the same
+  listener, starting each with DBOS's ``execute_dequeued_workflow``, ``--concurrency`` at
+  once); the workflow only gives its slot back. Its runs/s is the most a queued short run
+  could reach through DBOS on this machine, whatever taskdecomp does per run; its times
+  are DBOS's: the workflow's creation to the record of its end.
 
 Every run must end with ``success`` after its three steps; otherwise the script says which
 and exits with status 1.
@@ -40,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +59,7 @@ from sqlalchemy import func, select, text
 
 from taskdecomp import run
 from taskdecomp.run import RunId
+from taskdecomp.scale import dispatch, engine, wakeup
 from taskdecomp.scale.submit import submit
 from taskdecomp.store import RunSummary, SqlStore, open_store, schema
 
@@ -87,6 +96,9 @@ PLAN = {
     ],
 }
 GOAL = "benchmark"
+FLOOR_QUEUE = "bench-floor"
+"""The queue of the empty workflows that measure DBOS's floor."""
+FLOOR_WORKFLOW = "bench.empty"
 
 
 class BenchError(Exception):
@@ -124,6 +136,8 @@ class Throughput:
     workers: int
     wall: float
     timings: list[Timing]
+    empty: bool = False
+    """Empty DBOS workflows (DBOS's floor), not runs."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -231,16 +245,25 @@ def warm_up(setup: Setup, store: SqlStore, procs: list[subprocess.Popen[bytes]])
         waiting -= owner_pids(store, ids)
 
 
-def wait_for_queue(store: SqlStore, procs: list[subprocess.Popen[bytes]], deadline: float) -> None:
-    """Wait until a worker has created DBOS's tables and registered the queue.
+def wait_for_queue(
+    store: SqlStore,
+    procs: list[subprocess.Popen[bytes]],
+    deadline: float,
+    *,
+    queue: str = engine.DEFAULT_QUEUE,
+) -> None:
+    """Wait until a worker has created DBOS's tables and registered ``queue``.
 
     Submitting needs DBOS's tables; only a worker's launch creates them.
     """
     tables = text("SELECT to_regclass('dbos.queues') IS NOT NULL")
-    queue = text("SELECT EXISTS (SELECT 1 FROM dbos.queues WHERE name = 'default')")
+    registered = text("SELECT EXISTS (SELECT 1 FROM dbos.queues WHERE name = :queue)")
     while True:
         with store.read() as conn:
-            if conn.execute(tables).scalar() and conn.execute(queue).scalar():
+            if (
+                conn.execute(tables).scalar()
+                and conn.execute(registered, {"queue": queue}).scalar()
+            ):
                 return
         check_alive(procs, deadline, "no worker registered the queue")
         time.sleep(0.1)
@@ -393,6 +416,114 @@ def throughput(
     return Throughput(workers=len(procs), wall=last - first, timings=timings)
 
 
+# -- DBOS's floor: empty workflows through a worker's claim path -----------------------------
+
+
+def floor_worker(db: str, concurrency: int) -> None:
+    """Execute empty workflows of :data:`FLOOR_QUEUE` as a worker executes runs, until killed.
+
+    What ``taskdecomp worker`` does around a run, and nothing of the run: DBOS launched
+    with the same configuration and without its own queue polling, a :class:`Dispatcher`
+    at ``concurrency`` woken by a :class:`~taskdecomp.scale.wakeup.Listener`, and a
+    workflow whose body gives its slot back, as a delivery's does when its run ends.
+    """
+    module = engine.dbos()
+    dispatcher = dispatch.Dispatcher(FLOOR_QUEUE, concurrency)
+
+    @module.DBOS.workflow(name=FLOOR_WORKFLOW)  # type: ignore[untyped-decorator]
+    def empty(no: int) -> int:
+        dispatcher.done(str(module.DBOS.workflow_id))
+        return no
+
+    module.DBOS(config=engine.config(db, executor_id="bench-floor"))
+    module.DBOS.listen_queues([])
+    module.DBOS.launch()
+    module.DBOS.register_queue(FLOOR_QUEUE, on_conflict="never_update")
+    dispatch.require_internals(FLOOR_QUEUE)
+    wakeup.Listener(engine.system_url(db), FLOOR_QUEUE, dispatcher.wake).start()
+    dispatcher.wake()
+    dispatcher.run(threading.Event())  # SIGTERM ends the process
+
+
+def start_floor_worker(setup: Setup) -> subprocess.Popen[bytes]:
+    """The process of :func:`floor_worker`, its output in ``setup.logs``."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        "from scale import floor_worker; floor_worker(sys.argv[1], int(sys.argv[2]))"
+    )
+    argv = [sys.executable, "-c", code, setup.db, str(setup.concurrency)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKDECOMP_")}
+    with (setup.logs / "worker-floor.log").open("ab") as log:
+        return subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def enqueue_empty(setup: Setup, store: SqlStore, count: int) -> list[str]:
+    """Queue ``count`` empty workflows at once from :data:`SUBMITTERS` threads, as submits do."""
+    client = engine.shared_client(setup.db)
+
+    def one(no: int) -> str:
+        workflow_id = f"floor-{secrets.token_hex(8)}"
+        options = {
+            "workflow_name": FLOOR_WORKFLOW,
+            "queue_name": FLOOR_QUEUE,
+            "workflow_id": workflow_id,
+            "app_version": engine.APP_VERSION,
+        }
+        client.enqueue(options, no)
+        wakeup.notify(store, FLOOR_QUEUE)
+        return workflow_id
+
+    with ThreadPoolExecutor(SUBMITTERS) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def wait_empty(
+    store: SqlStore, ids: list[str], proc: subprocess.Popen[bytes], deadline: float
+) -> list[tuple[str, int, int]]:
+    """Wait until DBOS has recorded the end of every workflow of ``ids``.
+
+    Returns:
+        Each one's status, creation and last update (ms since the epoch).
+    """
+    ended = text(
+        "SELECT status, created_at, updated_at FROM dbos.workflow_status "
+        "WHERE workflow_uuid = ANY(:ids) AND status NOT IN ('ENQUEUED', 'PENDING')"
+    )
+    while True:
+        with store.read() as conn:
+            found = [(str(s), int(c), int(u)) for s, c, u in conn.execute(ended, {"ids": ids})]
+        if len(found) == len(ids):
+            return found
+        check_alive([proc], deadline, f"{len(ids)} empty workflows did not all end")
+        time.sleep(0.1)
+
+
+def floor(setup: Setup, store: SqlStore, count: int, notes: list[str]) -> Throughput:
+    """``count`` empty workflows at once through one :func:`floor_worker` (warmed up first)."""
+    proc = start_floor_worker(setup)
+    try:
+        deadline = time.monotonic() + READY_SECONDS
+        wait_for_queue(store, [proc], deadline, queue=FLOOR_QUEUE)
+        wait_empty(store, enqueue_empty(setup, store, setup.concurrency), proc, deadline)
+        time.sleep(random.uniform(0, POLL_SECONDS))
+        found = wait_empty(store, enqueue_empty(setup, store, count), proc, time.monotonic() + 600)
+    finally:
+        notes += stop_workers([proc])
+    timings = [
+        Timing(
+            run_seconds=(updated - created) / 1000,
+            first_step=float("nan"),
+            problem=None if status == "SUCCESS" else f"an empty workflow ended {status}",
+        )
+        for status, created, updated in found
+    ]
+    wall = (max(u for _, _, u in found) - min(c for _, c, _ in found)) / 1000
+    return Throughput(workers=1, wall=wall, timings=timings, empty=True)
+
+
 # -- the report ---------------------------------------------------------------------------
 
 
@@ -400,7 +531,7 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
-THROUGHPUT = "{:<18} {:>5} {:>5} {:>8} {:>6} {:>8} {:>8}  {:>8} {:>8}  {:>8} {:>8}"
+THROUGHPUT = "{:<20} {:>5} {:>5} {:>8} {:>6} {:>8} {:>8}  {:>8} {:>8}  {:>8} {:>8}"
 THROUGHPUT_HEAD = [
     THROUGHPUT.format("", "", "", "", "", "x in", "x 1", "first step", "", "run", ""),
     THROUGHPUT.format(
@@ -419,6 +550,8 @@ def throughput_row(row: Throughput, concurrency: int, local: float, one: float |
     runs = [t.run_seconds for t in row.timings]
     label = "this process" if row.workers == 0 else f"queued, {row.workers} worker"
     label += "s" if row.workers > 1 else ""
+    if row.empty:
+        label = f"DBOS alone, {row.workers} worker"
     return THROUGHPUT.format(
         label,
         max(1, row.workers) * concurrency,
@@ -427,8 +560,8 @@ def throughput_row(row: Throughput, concurrency: int, local: float, one: float |
         f"{rate(row):.1f}",
         f"{rate(row) / local:.2f}x",
         f"{rate(row) / one:.2f}x" if one and row.workers else "-",
-        ms(percentile(firsts, 0.5)),
-        ms(percentile(firsts, 0.99)),
+        "-" if row.empty else ms(percentile(firsts, 0.5)),
+        "-" if row.empty else ms(percentile(firsts, 0.99)),
         ms(percentile(runs, 0.5)),
         ms(percentile(runs, 0.99)),
     )
@@ -478,6 +611,7 @@ def bench(args: argparse.Namespace, setup: Setup, notes: list[str]) -> list[str]
             short: [in_process_throughput(setup, store, count, short=short)]
             for short, count in workloads.items()
         }
+        rows[True].insert(1, floor(setup, store, args.short_runs, notes))
         queued: list[Timing] = []
         submits: list[float] = []
         for count in args.workers:
@@ -493,6 +627,10 @@ def bench(args: argparse.Namespace, setup: Setup, notes: list[str]) -> list[str]
             print()
             if short:
                 print(f"short runs: model and tools 0 ms, {args.short_runs} runs at once")
+                print(
+                    "DBOS alone: as many empty DBOS workflows through a worker's claim path "
+                    "(times: enqueued to recorded end)"
+                )
             else:
                 print(
                     f"model {args.latency_ms:g} ms, tools {args.tool_ms:g} ms: "
@@ -500,7 +638,7 @@ def bench(args: argparse.Namespace, setup: Setup, notes: list[str]) -> list[str]
                 )
             for line in THROUGHPUT_HEAD:
                 print(line)
-            one = next((rate(row) for row in found if row.workers == 1), None)
+            one = next((rate(r) for r in found if r.workers == 1 and not r.empty), None)
             for row in found:
                 print(throughput_row(row, setup.concurrency, rate(found[0]), one))
                 problems += [t.problem for t in row.timings if t.problem]

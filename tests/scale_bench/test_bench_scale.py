@@ -26,7 +26,7 @@ FAST = [
     *("--latency-ms", "10", "--tool-ms", "5", "--runs", "4", "--short-runs", "4"),
     *("--concurrency", "2"),
 ]
-ROW = re.compile(r"(this process|queued, (\d+) workers?)\s+(\d+)\s+(\d+)\s")
+ROW = re.compile(r"(this process|DBOS alone, 1 worker|queued, (\d+) workers?)\s+(\d+)\s+(\d+)\s")
 
 
 def _bench_databases() -> list[str]:
@@ -39,7 +39,7 @@ def _bench_databases() -> list[str]:
 
 
 def _worker_children() -> list[int]:
-    """Processes whose parent is this one and that run the taskdecomp command line."""
+    """Processes whose parent is this one and that run a worker (or DBOS's floor's)."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -47,7 +47,8 @@ def _worker_children() -> list[int]:
             cmdline = (stat.parent / "cmdline").read_bytes()
         except (OSError, IndexError):
             continue  # the process ended while we looked
-        if int(fields[1]) == os.getpid() and b"taskdecomp.cli" in cmdline:
+        worker = b"taskdecomp.cli" in cmdline or b"floor_worker" in cmdline
+        if int(fields[1]) == os.getpid() and worker:
             found.append(int(stat.parent.name))
     return found
 
@@ -71,7 +72,8 @@ def test_fast_mode_prints_a_row_per_worker_count_and_the_per_run_overhead(
     out = capsys.readouterr().out
     assert "2 model calls and 2 tool waves a run (ideal 30 ms)" in out
     expected = [("this process", 2, 4), ("queued, 1 worker", 2, 4), ("queued, 2 workers", 4, 4)]
-    assert _tables(out) == [expected, expected]  # short runs, then the workload
+    floor = ("DBOS alone, 1 worker", 2, 4)  # as many empty workflows, below the short runs
+    assert _tables(out) == [[expected[0], floor, *expected[1:]], expected]
     labels = ("in process ", "queued, 1 worker ", "overhead ")
     after = out[out.index("per run, 2 runs one after another") :]
     per_run = [line for line in after.splitlines() if line.startswith(labels)]

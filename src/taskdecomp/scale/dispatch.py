@@ -117,6 +117,7 @@ class Dispatcher:
         self._more = False  # the last claim left work behind: the queue may hold more
         self._view: Any = None
         self._view_at = 0.0
+        self._latest = True  # whether this version is the latest, as last read with the view
 
     def wake(self) -> None:
         """Look at the queue now (from any thread)."""
@@ -181,6 +182,7 @@ class Dispatcher:
                     queue_partition_key=None,
                     local_running_count=self.slots.busy(),
                     owner_xid=owner,
+                    is_latest_version=self._latest,
                 )
             except Exception as exc:
                 if not _conflict(dbos, exc):
@@ -234,12 +236,18 @@ class Dispatcher:
                 logger.warning("telling the other workers of a free slot failed", exc_info=True)
 
     def _queue_view(self, dbos: Any) -> Any:
-        """The queue as stored (global limit, rate limit), with this worker's own limit."""
+        """The queue as stored (global limit, rate limit), with this worker's own limit.
+
+        Whether this application version is the latest is read with it, not in every
+        claim (DBOS's own claim would read it each time): it only lets a claim take
+        deliveries enqueued without a version, and every submit names one.
+        """
         now = time.monotonic()
         if self._view is None or now - self._view_at > QUEUE_REFRESH_SECONDS:
             stored = dbos._sys_db.get_queue(self.queue)
             if stored is None:
                 raise LookupError(f"queue {self.queue!r} is not registered")
+            self._latest = bool(dbos._sys_db._is_latest_version(_utils().GlobalParams.app_version))
             self._view, self._view_at = stored, now
         self._view._worker_concurrency = self.slots.limit
         return self._view
@@ -252,6 +260,7 @@ _CLAIM_PARAMETERS = {
     "queue_partition_key",
     "local_running_count",
     "owner_xid",
+    "is_latest_version",
 }
 _QUEUE_FIELDS = ("_worker_concurrency", "_concurrency", "_limiter")
 
@@ -265,7 +274,7 @@ def require_internals(queue: str) -> None:
     missing = []
     dbos = _instance()
     sys_db = dbos._sys_db
-    for name in ("get_workflow_statuses", "get_workflow_status", "get_queue"):
+    for name in ("get_workflow_statuses", "get_workflow_status", "get_queue", "_is_latest_version"):
         if not callable(getattr(sys_db, name, None)):
             missing.append(f"SystemDatabase.{name}")
     for name in ("is_lock_conflict", "is_serialization_conflict"):
