@@ -3,10 +3,11 @@
 A group commit stores four rows a step (the attempt, the step, two events). PostgreSQL
 spends about 35 µs a row on an ``INSERT`` sent through ``executemany`` and about 8 µs on a
 row of ``COPY ... FROM STDIN`` (psycopg's :meth:`~psycopg.Cursor.copy`), so the rows of a
-50-step group go in about four times as fast. SQLite's ``executemany`` is a loop in C; the
-rows go to :mod:`sqlite3` as tuples under a prepared ``INSERT``, since SQLAlchemy's own
-handling of each row (its parameters rebuilt per row, for column types that need no
-conversion here: text, integers and floats) cost as much as the insert.
+50-step group go in about four times as fast; fewer rows go by ``executemany`` on the driver,
+which psycopg pipelines. SQLite's ``executemany`` is a loop in C. Either way the rows go
+to the driver under an ``INSERT`` compiled once (:mod:`taskdecomp.store.prepared`), since
+SQLAlchemy's own handling of each row (its parameters rebuilt per row) cost as much as the
+insert.
 
 Rows are dictionaries of column values that every row of one call shares. ``COPY`` fills the
 columns it is not given (a ``SERIAL`` id) from their defaults, in row order, and runs the
@@ -17,13 +18,13 @@ SQLAlchemy error an ``INSERT`` would have raised, so callers handle both alike.
 from __future__ import annotations
 
 import functools
-import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Insert, Table, insert
+from sqlalchemy import Connection, Table, insert
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
+
+from taskdecomp.store.prepared import Prepared
 
 COPY_FROM_ROWS = 8
 """Fewest rows sent by ``COPY``: it costs about 60 µs more than an ``INSERT`` for one or two
@@ -39,11 +40,8 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
     """
     if not rows:
         return
-    if conn.dialect.name == "sqlite":
-        _sqlite_insert(conn, table, rows)
-        return
-    if len(rows) < COPY_FROM_ROWS:
-        conn.execute(_insert(table), list(rows))
+    if conn.dialect.name != "postgresql" or len(rows) < COPY_FROM_ROWS:
+        _insert(table).many(conn, rows)
         return
     import psycopg
 
@@ -62,29 +60,7 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
         ) from exc
 
 
-def _sqlite_insert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
-    columns = tuple(rows[0])
-    statement = _sqlite_statement(table, columns)
-    driver = conn.connection.driver_connection
-    assert isinstance(driver, sqlite3.Connection)  # the only SQLite driver stores use
-    try:
-        driver.executemany(statement, [tuple(row[name] for name in columns) for row in rows])
-    except sqlite3.Error as exc:
-        raise sa_exc.DBAPIError.instance(
-            statement, None, exc, sqlite3.Error, dialect=conn.dialect
-        ) from exc
-
-
 @functools.cache
-def _sqlite_statement(table: Table, columns: tuple[str, ...]) -> str:
-    """``INSERT INTO table (columns) VALUES (?, ...)``, built once per table and columns."""
-    quote = sqlite_dialect().identifier_preparer.quote
-    names = ", ".join(map(quote, columns))
-    placeholders = ", ".join("?" for _ in columns)
-    return f"INSERT INTO {quote(table.name)} ({names}) VALUES ({placeholders})"
-
-
-@functools.cache
-def _insert(table: Table) -> Insert:
+def _insert(table: Table) -> Prepared:
     """The ``INSERT`` of ``table``, built once: values travel as parameters."""
-    return insert(table)
+    return Prepared(insert(table))

@@ -16,7 +16,8 @@ alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,14 @@ class _Compiled:
     named: bool
     """Whether the driver takes them by name."""
 
+    def values(self, params: Mapping[str, Any]) -> Any:
+        """``params`` as the driver takes them, converted as SQLAlchemy would."""
+        if self.converts:
+            params = {**params, **{name: to(params[name]) for name, to in self.converts}}
+        if self.named:
+            return {name: params[name] for name in self.names}
+        return tuple([params[name] for name in self.names])
+
 
 class Prepared:
     """``statement``, executed on the driver with no per-call work beyond its parameters.
@@ -57,30 +66,59 @@ class Prepared:
             sqlalchemy.exc.DBAPIError: the database refused it (``IntegrityError`` for a
                 constraint), as ``conn.execute`` would raise it.
         """
+        compiled = self._compiled_for(conn, params)
+        if compiled is None:
+            return int(conn.execute(self.statement, dict(params)).rowcount)
+        values = compiled.values(params)
+        with _raised_as_sqlalchemy(conn, compiled.sql, values):
+            driver: Any = conn.connection.driver_connection
+            return int(driver.execute(compiled.sql, values).rowcount)
+
+    def many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Execute it once per row of ``rows`` (all naming the same parameters), in one call.
+
+        sqlite3 loops in C; psycopg sends every row before it waits for the first answer.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database refused a row, as ``conn.execute`` would
+                raise it.
+        """
+        if not rows:
+            return
+        compiled = self._compiled_for(conn, rows[0])
+        if compiled is None:
+            conn.execute(self.statement, [dict(row) for row in rows])
+            return
+        values = [compiled.values(row) for row in rows]
+        with _raised_as_sqlalchemy(conn, compiled.sql, values):
+            driver: Any = conn.connection.driver_connection
+            cursor = driver.cursor()
+            try:
+                cursor.executemany(compiled.sql, values)
+            finally:
+                cursor.close()
+
+    def _compiled_for(self, conn: Connection, params: Mapping[str, Any]) -> _Compiled | None:
         dialect = conn.dialect
         key = (dialect.name, *params) if self._insert else (dialect.name,)
         try:
-            compiled = self._compiled[key]
+            return self._compiled[key]
         except KeyError:
             columns = list(params) if self._insert else None
             compiled = self._compiled[key] = _compile(self.statement, dialect, columns)
-        if compiled is None:
-            return int(conn.execute(self.statement, dict(params)).rowcount)
-        if compiled.converts:
-            params = {**params, **{name: to(params[name]) for name, to in compiled.converts}}
-        names = compiled.names
-        values: Any = (
-            {name: params[name] for name in names}
-            if compiled.named
-            else tuple([params[name] for name in names])
-        )
-        driver: Any = conn.connection.driver_connection
-        try:
-            return int(driver.execute(compiled.sql, values).rowcount)
-        except dialect.loaded_dbapi.Error as exc:
-            raise sa_exc.DBAPIError.instance(
-                compiled.sql, values, exc, dialect.loaded_dbapi.Error, dialect=dialect
-            ) from exc
+            return compiled
+
+
+@contextmanager
+def _raised_as_sqlalchemy(conn: Connection, sql: str, values: Any) -> Iterator[None]:
+    """Raise a driver error as the SQLAlchemy error ``conn.execute`` would have raised."""
+    dialect = conn.dialect
+    try:
+        yield
+    except dialect.loaded_dbapi.Error as exc:
+        raise sa_exc.DBAPIError.instance(
+            sql, values, exc, dialect.loaded_dbapi.Error, dialect=dialect
+        ) from exc
 
 
 def _compile(

@@ -84,7 +84,13 @@ EVENTS_CHANNEL = "taskdecomp_events"
 """The PostgreSQL channel a commit that stores a run's events notifies; the payload is the
 run's id, once per run and transaction."""
 
-_NOTIFY = text(f"SELECT pg_notify('{EVENTS_CHANNEL}', :run_id)")
+_NOTIFY = Prepared(
+    text(
+        f"SELECT pg_notify('{EVENTS_CHANNEL}', run_id) "
+        "FROM unnest(CAST(:run_ids AS text[])) AS run_id"
+    )
+)
+"""One notification per run, for every run of a transaction in one statement."""
 
 Watcher = Callable[[frozenset[str]], object]
 """Told the ids of the runs whose events a commit stored, on the committing thread."""
@@ -840,9 +846,8 @@ class SqlStore:
         bulk.insert_rows(conn, schema.events, event_rows)
         written: set[str] = self._written.runs
         new = {row["run_id"] for row in event_rows} - written
-        if self.dialect == "postgresql":
-            for run_id in sorted(new):
-                conn.execute(_NOTIFY, {"run_id": run_id})
+        if new and self.dialect == "postgresql":
+            _NOTIFY(conn, {"run_ids": sorted(new)})
         written |= new
 
 
