@@ -46,11 +46,9 @@ QUEUE_OPTION = click.option(
 @click.option(
     "--processes",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
     help="Worker processes to start on this machine (one uses about one core). Each holds "
-    "its own PostgreSQL connections, 8 to 20 of them: count them against the server's "
-    "max_connections.",
+    "its own PostgreSQL connections, 8 to 20 of them.  [default: one per core, as many as "
+    "the server has free connections for]",
 )
 @click.option(
     "--global-concurrency",
@@ -106,7 +104,7 @@ QUEUE_OPTION = click.option(
 def worker_command(
     db: str | None,
     concurrency: int,
-    processes: int,
+    processes: int | None,
     global_concurrency: int | None,
     rate_limits: tuple[str, ...],
     poll_seconds: float,
@@ -134,11 +132,15 @@ def worker_command(
     from taskdecomp.scale.registry import Registry
 
     limits = parse_limits(rate_limits)
-    count = processes
-    mode = output_mode or load_settings().output_mode
+    settings = load_settings()
+    mode = output_mode or settings.output_mode
     registry = Registry.parse(tools, models, Connection(base_url=base_url, output_mode=mode))
+    count, why = processes, ""
+    if count is None:
+        count, why = forks.default_count(settings.store_url(db))
     registry.load(servers=count == 1)  # a bad --tools: one error here, not one per process
-    each = "" if count == 1 else f"{count} processes, "
+    each = f"{count} process{'es' if count > 1 else ''}{f' ({why})' if why else ''}, "
+    each = "" if count == 1 and not why else each
     console(stderr=True).print(
         literal(
             f"worker on queue {queue!r} ({each}{concurrency} at once"

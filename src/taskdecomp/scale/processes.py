@@ -6,21 +6,25 @@ processes; each is a whole worker (its own DBOS executor, its own slots, its own
 listener), and they share the queue as workers on different machines do.
 
 The parent checks the command line and loads the toolsets that start no server, so a bad
-``--tools`` is one error in the parent, then forks its children before anything is opened
-(no database connection, no thread): each child sets itself up alone. The parent only
-waits: SIGTERM or Ctrl-C is passed on to every child (the forwarding is in place before
-the first child starts), which then stops as a single worker does; a child that dies
-(``kill -9``) leaves the others running, and its runs move on as any dead worker's do.
+``--tools`` is one error in the parent (which, when ``--processes`` is not given, also asks
+the server how many connections it has free: :func:`default_count`), then forks its
+children before anything is opened (no database connection, no thread): each child sets
+itself up alone. The parent only waits: SIGTERM or Ctrl-C is passed on to every child (the
+forwarding is in place before the first child starts), which then stops as a single worker
+does; a child that dies (``kill -9``) leaves the others running, and its runs move on as
+any dead worker's do.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing
 import os
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 from taskdecomp.errors import ConfigError, TaskdecompError
@@ -68,3 +72,77 @@ def _child(serve: Callable[[int], int], index: int) -> None:
         print(f"taskdecomp: error: {' '.join(str(exc).split())}", file=sys.stderr)
         code = 2 if isinstance(exc, ConfigError) else 1
     raise SystemExit(code)
+
+
+CONNECTIONS_PER_PROCESS = 20
+"""The most PostgreSQL connections one worker process holds (DBOS's pools, the run store's,
+the listener)."""
+
+
+def default_count(url: str) -> tuple[int, str]:
+    """How many worker processes to start when ``--processes`` is not given, and why.
+
+    One per core this process may use, but no more than the PostgreSQL server at ``url``
+    has free connections for: a big host's cores would otherwise take more connections
+    than ``max_connections`` allows, and workers would fail to start one by one. When the
+    server cannot be asked, one per core (the workers then say what is wrong).
+    """
+    cores = usable_cores()
+    free = _free_connections(url)
+    if free is None or free >= cores * CONNECTIONS_PER_PROCESS:
+        return cores, "one per core"
+    fits = max(1, free // CONNECTIONS_PER_PROCESS)
+    return fits, f"one per core would be {cores}; PostgreSQL has connections free for {fits}"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, capped by a cgroup CPU quota.
+
+    A container reports every core of its host; its ``--cpus`` limit is the quota.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cores = os.cpu_count() or 1
+    quota = _cpu_quota()
+    if quota is not None:
+        cores = min(cores, math.ceil(quota))
+    return max(1, cores)
+
+
+def _cpu_quota() -> float | None:
+    """The cgroup's CPU quota in cores (v2 ``cpu.max``, else v1), ``None`` when unlimited."""
+    v2 = Path("/sys/fs/cgroup/cpu.max")
+    v1 = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+    try:
+        if v2.is_file():
+            quota, period = v2.read_text().split()[:2]
+        else:
+            quota, period = v1[0].read_text().strip(), v1[1].read_text().strip()
+    except (OSError, ValueError):
+        return None
+    if quota in ("max", "-1") or not quota.isdigit() or not period.isdigit() or int(period) == 0:
+        return None
+    return int(quota) / int(period)
+
+
+def _free_connections(url: str) -> int | None:
+    """Connections the server at ``url`` has free for other clients; ``None`` if unknown."""
+    try:
+        import psycopg
+        from sqlalchemy import make_url
+
+        parsed = make_url(url)
+        if parsed.get_backend_name() != "postgresql":
+            return None
+        dsn = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            row = conn.execute(
+                "SELECT current_setting('max_connections')::int"
+                " - current_setting('superuser_reserved_connections')::int"
+                " - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
+            ).fetchone()
+    except Exception:  # no server, no driver, no rights: the workers will say what is wrong
+        logger.debug("could not count PostgreSQL's free connections", exc_info=True)
+        return None
+    return None if row is None else int(row[0])
