@@ -377,6 +377,7 @@ async def continue_run(
     before: Callable[[RunContext], None] | None = None,
     durability: Durability | None = None,
     lease: Lease | None = None,
+    taken: StoredRun | None = None,
     phases: Phases | None = None,
     env: Environment | None = None,
     output_type: OutputType | None = None,
@@ -387,8 +388,10 @@ async def continue_run(
     checks the run as read under the lease (another process may have moved it on since it
     was first read); ``before`` runs once the context is restored, before the run goes on
     (an approval records itself there). ``lease``, when the caller has taken the run's
-    lease already (a queue worker), is used instead of taking it; ``phases`` replace the
-    strategy's (a run a worker only ends). ``output_type`` types the answer; default: the
+    lease already (a queue worker), is used instead of taking it; with it, ``taken`` is the
+    run as the caller read it in the transaction that took the lease and reopened the run
+    for the new segment, so the run is neither read nor reopened again. ``phases`` replace
+    the strategy's (a run a worker only ends). ``output_type`` types the answer; default: the
     answer schema stored with the run. ``roles`` override the role models stored with the
     run (see :func:`run`); ``prompts`` are the run's prompt functions.
 
@@ -404,7 +407,8 @@ async def continue_run(
     if lease is None:
         lease, stored = durable.take_over(store, RunId(run_id), seconds=e.lease_seconds)
     else:
-        stored = durable.load_leased(store, lease)
+        stored = taken if taken is not None else durable.load_leased(store, lease)
+    segment = stored.segments if taken is not None else stored.segments + 1
     try:
         prepared = prepare(stored)
         if isinstance(prepared, RunResult):
@@ -450,11 +454,12 @@ async def continue_run(
     restore(ctx, stored)
     started = ctx.clock() - stored.usage.seconds
     journal = attach_journal(
-        ctx, store, lease, segment=stored.segments + 1, started=started, durability=e.durability
+        ctx, store, lease, segment=segment, started=started, durability=e.durability
     )
-    traced = RunSpan(ctx, config.strategy, stored=stored.config, segment=stored.segments + 1)
+    traced = RunSpan(ctx, config.strategy, stored=stored.config, segment=segment)
     async with durable.leased(journal), traced:
-        journal.reopened()
+        if taken is None:
+            journal.reopened()
         if before is not None:
             before(ctx)
         outcome = Outcome(plan=stored.plan)

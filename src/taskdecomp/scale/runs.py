@@ -1,12 +1,13 @@
 """Running a queued run in a worker, and ending one that must not run.
 
-:func:`execute` is what a delivery does: take the run's lease and count a recovery in one
-transaction (:meth:`~taskdecomp.store.sql.SqlStore.admit_run`), then continue the run like
-a resume does, with the toolset and model the registry has under the names it gives, its
-deadline counted from its first start, and a watcher that cancels it within a second of a
-cancel request. A run that is taken already (a duplicate delivery), or has ended, is left
-alone. Runs that must not run (cancelled before they started, poisoned, naming something
-the worker lacks, past their deadline) are ended with their stop reason, like any run.
+:func:`execute` is what a delivery does: take the run's lease, count a recovery, reopen
+the run and read it in one transaction (:meth:`~taskdecomp.store.sql.SqlStore.admit_run`),
+then continue it like a resume does, without reading or reopening it again: with the
+toolset and model the registry has under the names it gives, its deadline counted from
+its first start, and a watcher that cancels it within a second of a cancel request. A
+run that is taken already (a duplicate delivery), or has ended, is left alone. Runs that
+must not run (cancelled before they started, poisoned, naming something the worker
+lacks, past their deadline) are ended with their stop reason, like any run.
 """
 
 from __future__ import annotations
@@ -74,12 +75,14 @@ async def execute(run_id: RunId, how: Execution, *, delivery: str | None = None)
     be reached leaves the run to be delivered again (its lease is given up or runs out).
     """
     store = how.store
-    try:
-        admission = store.admit_run(
+    try:  # off the loop: the take waits for the database, the process's other runs go on
+        admission = await asyncio.to_thread(
+            store.admit_run,
             run_id,
             owner=owners.new_owner_id(),
             ttl=durable.lease_seconds(how.lease_seconds),
             max_recoveries=how.max_recoveries,
+            reopen=True,
         )
     except RunLeasedError:
         return "taken"  # another delivery of the same run is running it
@@ -88,33 +91,33 @@ async def execute(run_id: RunId, how: Execution, *, delivery: str | None = None)
     except StoreError as exc:
         logger.warning("could not take run %s: %s", run_id, exc)
         return "store_error"
-    lease = admission.lease
-    if admission.start == "ended" or lease is None:
+    lease, stored = admission.lease, admission.run
+    if admission.start == "ended" or lease is None or stored is None:
         return "ended"
     if admission.start == "cancelled":
-        return await end(store, lease, stops.CANCELLED, "cancelled before it started")
+        message = "cancelled before it started"
+        return await end(store, lease, stops.CANCELLED, message, stored=stored)
     if admission.start == "poisoned":
         message = (
             f"its workers died running it {admission.recoveries} times; parked after "
             f"{how.max_recoveries} recoveries"
         )
-        return await end(store, lease, stops.POISONED, message)
+        return await end(store, lease, stops.POISONED, message, stored=stored)
     try:
-        return await _run(run_id, lease, admission.first_started_at, how, delivery)
+        return await _run(stored, lease, admission.first_started_at, how, delivery)
     except StoreError as exc:
         logger.warning("run %s gave up on the store: %s", run_id, exc)
         return "store_error"
 
 
 async def _run(
-    run_id: RunId,
+    stored: StoredRun,
     lease: Lease,
     first_started_at: float | None,
     how: Execution,
     delivery: str | None,
 ) -> str:
-    store = how.store
-    stored = durable.load_leased(store, lease)
+    store, run_id = how.store, stored.run_id
     try:
         config = runconfig.stored_config(stored)
         toolset = how.registry.toolset(stored.tools)
@@ -149,6 +152,7 @@ async def _run(
             roles=roles,
             budget=dataclasses.replace(budget, max_seconds=left),
             lease=lease,
+            taken=stored,
             env=how.env,
         )
     )
@@ -186,8 +190,11 @@ async def end(
     *,
     stored: StoredRun | None = None,
 ) -> str:
-    """End the run ``lease`` holds with ``reason`` without running anything of it."""
-    del stored  # continue_run reads the run again, under the same lease
+    """End the run ``lease`` holds with ``reason`` without running anything of it.
+
+    ``stored`` is the run as :meth:`~taskdecomp.store.sql.SqlStore.admit_run` took and
+    reopened it; without it, the run is read and reopened under ``lease`` here.
+    """
 
     def phases() -> Phases:
         async def stop(ctx: RunContext, outcome: Outcome) -> None:
@@ -202,6 +209,7 @@ async def end(
         tools=Toolset.from_functions([]),
         model=ScriptedModel(responses=[], name="none"),
         lease=lease,
+        taken=stored,
         phases=phases(),
     )
     return result.stop_reason

@@ -1,9 +1,10 @@
 """Queued runs in SQL: submit once per idempotency key, cancel, count recoveries, find stale.
 
 A queued run is a ``runs`` row in the ``queued`` state (segment 0, no lease) plus its
-``queued_runs`` row. A worker that starts it takes its lease like a resume does
-(:func:`taskdecomp.durable.take_over`), so everything the store guarantees of a run, one
-owner and fenced writes above all, holds for queued runs too. This module is the queue's
+``queued_runs`` row. A worker that starts it takes its lease at the next epoch, as a
+resume does (:func:`taskdecomp.durable.take_over`), so everything the store guarantees of
+a run, one owner and fenced writes above all, holds for queued runs too; it may reopen
+and read the run in the same transaction (:func:`admit`). This module is the queue's
 bookkeeping: the engine that delivers runs to workers only carries run ids.
 """
 
@@ -11,13 +12,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from sqlalchemy import Connection, and_, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    bindparam,
+    insert,
+    literal_column,
+    null,
+    or_,
+    select,
+    update,
+)
 
+from taskdecomp import owners
 from taskdecomp.run import RunId
-from taskdecomp.store import bulk, leases, rows, schema
-from taskdecomp.store.base import Lease, NewRun
+from taskdecomp.store import bulk, leases, reads, rows, schema
+from taskdecomp.store.base import Lease, NewRun, StoredRun
+from taskdecomp.store.prepared import Prepared
 
 _queued = schema.queued_runs
 _runs = schema.runs
@@ -38,6 +52,9 @@ class Admission:
     """When a worker first started it (its deadline counts from then)."""
     lease: Lease | None
     """The run's lease, taken for this worker (``None`` when the run has ended)."""
+    run: StoredRun | None = None
+    """The run as read under the lease, reopened for this worker's segment, when the
+    admission was asked to reopen it (``None`` otherwise, and when the run has ended)."""
 
 
 def submit(
@@ -121,6 +138,58 @@ def times(conn: Connection, run_id: RunId) -> tuple[float, float | None] | None:
     return float(row.enqueued_at), row.first_started_at
 
 
+_ADMISSION = (
+    select(
+        _runs.c.status,
+        _runs.c.lease_owner,
+        _runs.c.lease_epoch,
+        _runs.c.lease_expires_at,
+        _queued.c.cancel_requested,
+        _queued.c.recoveries,
+        _queued.c.first_started_at,
+    )
+    .join(_queued, _queued.c.run_id == _runs.c.id)
+    .where(_runs.c.id == bindparam("b_key"))
+)
+_STARTABLE: list[ColumnElement[str]] = [literal_column("'queued'"), literal_column("'running'")]
+"""The states a worker starts a run from, written into the statement (no parameter)."""
+_CLAIMED = ("lease_owner", "lease_epoch", "lease_heartbeat_at", "lease_expires_at")
+"""The lease columns a take sets (:func:`taskdecomp.store.rows.claim`)."""
+_REOPENED = {
+    "status": literal_column("'running'"),
+    "stop_reason": null(),
+    "finished_at": null(),
+    "segments": _runs.c.segments + literal_column("1"),
+    "updated_at": bindparam("b_now"),
+}
+"""What marks the run ``running`` for a new segment, as a resume's reopening does."""
+
+
+def _take(*, reopen: bool) -> Prepared:
+    """The take: the run's lease at the next epoch, and with ``reopen`` a new segment.
+
+    It updates nothing when another worker took the run, or it ended, since it was read.
+    """
+    claimed: dict[str, Any] = {name: bindparam(f"v_{name}") for name in _CLAIMED}
+    return Prepared(
+        update(_runs)
+        .where(
+            _runs.c.id == bindparam("b_key"),
+            _runs.c.lease_epoch == bindparam("b_seen"),
+            _runs.c.status.in_(_STARTABLE),
+        )
+        .values({**claimed, **_REOPENED} if reopen else claimed)
+    )
+
+
+_TAKES = {reopen: _take(reopen=reopen) for reopen in (False, True)}
+_COUNT = Prepared(
+    update(_queued)
+    .where(_queued.c.run_id == bindparam("b_key"))
+    .values(recoveries=bindparam("b_recoveries"), first_started_at=bindparam("b_first"))
+)
+
+
 def admit(
     conn: Connection,
     run_id: RunId,
@@ -129,6 +198,8 @@ def admit(
     ttl: float,
     max_recoveries: int,
     now: float,
+    store: str,
+    reopen: bool = False,
 ) -> Admission:
     """Take ``run_id``'s lease for ``owner`` and decide what to do with the run.
 
@@ -138,36 +209,67 @@ def admit(
     delivery finds the lease taken). Past ``max_recoveries`` of them, the run is
     ``poisoned``.
 
+    With ``reopen``, the same statement that takes the lease marks the run ``running`` for
+    the caller's segment, whatever becomes of it (a run a worker only ends is ended in a
+    segment of its own), and the run is read after it in the same transaction
+    (:attr:`Admission.run`): once the lease is taken, a write of the run's previous owner
+    waits for this transaction and then finds the run taken over, so the run is read as
+    that owner left it. ``store`` names the store in errors.
+
     Raises:
         RunLeasedError: a live worker holds the run.
+        RunNotFoundError: the run is gone since it was taken (deleted meanwhile).
+        CorruptRecordError: the run does not decode.
+    """
+    key = rows.key(run_id)
+    row = conn.execute(_ADMISSION, {"b_key": key}).one_or_none()
+    if row is None or row.status not in ("queued", "running"):
+        return Admission(start="ended", recoveries=0, first_started_at=None, lease=None)
+    holder, expires_at = row.lease_owner, row.lease_expires_at
+    alive = expires_at is not None and expires_at > now and not owners.is_gone(holder)
+    if holder is not None and holder != owner and alive:
+        raise leases.leased(run_id, holder, expires_at - now)
+    epoch = int(row.lease_epoch) + 1
+    claim = rows.claim(owner, epoch=epoch, ttl=ttl, now=now)
+    taken = _TAKES[reopen](
+        conn,
+        {"b_key": key, "b_seen": row.lease_epoch, "b_now": now}
+        | {f"v_{name}": value for name, value in claim.items()},
+    )
+    if taken != 1:  # PostgreSQL: another worker took it, or it ended, since the select
+        return _not_taken(conn, run_id, ttl)
+    first = row.first_started_at if row.first_started_at is not None else now
+    recoveries = row.recoveries + (row.status == "running")
+    _COUNT(conn, {"b_key": key, "b_recoveries": recoveries, "b_first": first})
+    return Admission(
+        start=_start(row.status, row.cancel_requested, recoveries > max_recoveries),
+        recoveries=recoveries,
+        first_started_at=first,
+        lease=Lease(run_id=run_id, owner=owner, epoch=epoch, ttl=ttl, expires_at=now + ttl),
+        run=reads.load_run(conn, run_id, store=store) if reopen else None,
+    )
+
+
+def _start(status: str, cancel_requested: bool, poisoned: bool) -> Start:
+    if cancel_requested:
+        return "cancelled"
+    if poisoned:
+        return "poisoned"
+    return "recovery" if status == "running" else "first"
+
+
+def _not_taken(conn: Connection, run_id: RunId, ttl: float) -> Admission:
+    """What a take that updated nothing found: the run ended, or another worker holds it.
+
+    Raises:
+        RunLeasedError: another worker took it first.
     """
     row = conn.execute(
-        select(
-            _runs.c.status,
-            _queued.c.cancel_requested,
-            _queued.c.recoveries,
-            _queued.c.first_started_at,
-        )
-        .join(_queued, _queued.c.run_id == _runs.c.id)
-        .where(_runs.c.id == rows.key(run_id))
+        select(_runs.c.status, _runs.c.lease_owner).where(_runs.c.id == rows.key(run_id))
     ).one_or_none()
     if row is None or row.status not in ("queued", "running"):
         return Admission(start="ended", recoveries=0, first_started_at=None, lease=None)
-    lease = leases.acquire(conn, run_id, owner=owner, ttl=ttl, now=now)
-    first = row.first_started_at if row.first_started_at is not None else now
-    recoveries = row.recoveries + (row.status == "running")
-    conn.execute(
-        update(_queued)
-        .where(_queued.c.run_id == rows.key(run_id))
-        .values(recoveries=recoveries, first_started_at=first)
-    )
-    if row.cancel_requested:
-        start: Start = "cancelled"
-    elif recoveries > max_recoveries:
-        start = "poisoned"
-    else:
-        start = "recovery" if row.status == "running" else "first"
-    return Admission(start=start, recoveries=recoveries, first_started_at=first, lease=lease)
+    raise leases.leased(run_id, str(row.lease_owner), ttl)
 
 
 def request_cancel(conn: Connection, run_id: RunId) -> str | None:

@@ -715,17 +715,22 @@ class SqlStore:
             queues.submit_many(conn, runs, queue=queue)
 
     def admit_run(
-        self, run_id: RunId, *, owner: str, ttl: float, max_recoveries: int
+        self, run_id: RunId, *, owner: str, ttl: float, max_recoveries: int, reopen: bool = False
     ) -> queues.Admission:
         """Take queued run ``run_id`` for ``owner`` and say what to do with it.
 
+        With ``reopen``, the run is also marked ``running`` for the caller's segment and
+        read under the lease, in the same transaction (see :func:`.queue.admit`): pass it
+        to :func:`~taskdecomp.engine.continue_run` as ``taken``.
+
         Raises:
             RunLeasedError: a live worker holds the run.
+            CorruptRecordError: the run does not decode.
         """
         with self.write() as conn:
             return queues.admit(
                 conn, run_id, owner=owner, ttl=ttl, max_recoveries=max_recoveries,
-                now=self.now(),
+                now=self.now(), store=self.name, reopen=reopen,
             )  # fmt: skip
 
     def request_cancel(self, run_id: RunId) -> str | None:
