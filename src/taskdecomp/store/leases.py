@@ -139,10 +139,7 @@ def acquire(conn: Connection, run_id: RunId, *, owner: str, ttl: float, now: flo
             f"no run {run_id!r} in the store; `taskdecomp runs` lists the stored runs",
             run_id=run_id,
         )
-    holder, expires_at = row.lease_owner, row.lease_expires_at
-    alive = expires_at is not None and expires_at > now and not owners.is_gone(holder)
-    if holder is not None and holder != owner and alive:
-        raise leased(run_id, holder, expires_at - now)
+    refuse_held(run_id, row.lease_owner, row.lease_expires_at, owner=owner, now=now)
     epoch = int(row.lease_epoch) + 1
     taken = conn.execute(
         update(_runs)
@@ -153,6 +150,23 @@ def acquire(conn: Connection, run_id: RunId, *, owner: str, ttl: float, now: flo
         winner = conn.execute(select(_runs.c.lease_owner).where(_runs.c.id == key)).scalar()
         raise leased(run_id, str(winner), ttl)
     return Lease(run_id=run_id, owner=owner, epoch=epoch, ttl=ttl, expires_at=now + ttl)
+
+
+def refuse_held(
+    run_id: RunId, holder: str | None, expires_at: float | None, *, owner: str, now: float
+) -> None:
+    """Refuse to take a run whose lease another owner holds alive.
+
+    A lease is alive until it expires, or until its owner is known to be gone (see
+    :func:`acquire`).
+
+    Raises:
+        RunLeasedError: ``holder`` is another owner and its lease is alive.
+    """
+    if holder is None or holder == owner or expires_at is None or expires_at <= now:
+        return
+    if not owners.is_gone(holder):
+        raise leased(run_id, holder, expires_at - now)
 
 
 def release(conn: Connection, lease: Lease) -> bool:

@@ -27,7 +27,6 @@ from sqlalchemy import (
     update,
 )
 
-from taskdecomp import owners
 from taskdecomp.run import RunId
 from taskdecomp.store import bulk, leases, reads, rows, schema
 from taskdecomp.store.base import Lease, NewRun, StoredRun
@@ -225,10 +224,7 @@ def admit(
     row = conn.execute(_ADMISSION, {"b_key": key}).one_or_none()
     if row is None or row.status not in ("queued", "running"):
         return Admission(start="ended", recoveries=0, first_started_at=None, lease=None)
-    holder, expires_at = row.lease_owner, row.lease_expires_at
-    alive = expires_at is not None and expires_at > now and not owners.is_gone(holder)
-    if holder is not None and holder != owner and alive:
-        raise leases.leased(run_id, holder, expires_at - now)
+    leases.refuse_held(run_id, row.lease_owner, row.lease_expires_at, owner=owner, now=now)
     epoch = int(row.lease_epoch) + 1
     claim = rows.claim(owner, epoch=epoch, ttl=ttl, now=now)
     taken = _TAKES[reopen](
