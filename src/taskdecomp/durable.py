@@ -315,9 +315,15 @@ class Journal:
         Raises:
             StoreError: the run cannot be stored (its id is taken, the store failed).
         """
-        creating, self._creating = self._creating, None
-        if creating is not None:
-            await asyncio.shield(asyncio.wrap_future(creating))
+        if self._creating is None:
+            return
+        waiting = asyncio.wrap_future(self._creating)
+        try:
+            await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            waiting.add_done_callback(_retrieved)  # a failure is the run's end's to report
+            raise
+        self._creating = None
 
     def reopened(self) -> None:
         """Mark the stored run ``running`` again for this segment.
@@ -555,6 +561,8 @@ class Journal:
         """Renew the lease now; a lost lease is remembered, a store failure only logged."""
         if self.lost is not None or self._ended:
             return
+        if self._creating is not None and not self._creating.done():
+            return  # the row is not there yet; the lease it is stored with lasts longer
         try:
             self.lease = self.store.renew_lease(self.lease)
         except LeaseLostError as exc:
@@ -656,6 +664,12 @@ class Journal:
         except LeaseLostError as exc:
             self.lost = exc
             raise StopRun(stops.LEASE_LOST, message=str(exc)) from exc
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Take ``future``'s outcome, so that a failure nobody awaits is not logged as lost."""
+    if not future.cancelled():
+        future.exception()
 
 
 def interrupted(stored: StoredRun, step_id: TaskId) -> StopRun:

@@ -7,6 +7,7 @@ import os
 import psycopg
 import pytest
 
+from taskdecomp.errors import ConfigError
 from taskdecomp.scale import processes
 from taskdecomp.scale.processes import CONNECTIONS_PER_PROCESS, default_count, usable_cores
 
@@ -48,6 +49,11 @@ def test_the_free_connections_are_read_from_the_server() -> None:
     assert why == "one per core" or why.endswith(f"connections free for {count}")
 
 
-def test_a_server_that_cannot_be_asked_leaves_one_process_per_core() -> None:
-    assert default_count("postgresql://nobody@127.0.0.1:1/none") == (usable_cores(), "one per core")
-    assert default_count("sqlite:///runs.db") == (usable_cores(), "one per core")
+def test_a_server_that_cannot_be_asked_gets_one_process_which_says_why_once() -> None:
+    count, why = default_count("postgresql://nobody@127.0.0.1:1/none")
+    assert (count, why) == (1, "PostgreSQL could not be asked how many connections it has free")
+
+
+def test_a_store_that_is_not_postgresql_is_one_error_before_any_process() -> None:
+    with pytest.raises(ConfigError, match="queued runs need PostgreSQL"):
+        default_count("sqlite:///runs.db")

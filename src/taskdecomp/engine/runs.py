@@ -404,6 +404,8 @@ async def continue_run(
     )
     durable.durability(e.durability)
     store = e.needs_store("continue_run")
+    if taken is not None and lease is None:
+        raise ConfigError("taken= is the run as read under a lease: give that lease= too")
     if lease is None:
         lease, stored = durable.take_over(store, RunId(run_id), seconds=e.lease_seconds)
     else:

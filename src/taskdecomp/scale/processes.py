@@ -85,11 +85,16 @@ def default_count(url: str) -> tuple[int, str]:
     One per core this process may use, but no more than the PostgreSQL server at ``url``
     has free connections for: a big host's cores would otherwise take more connections
     than ``max_connections`` allows, and workers would fail to start one by one. When the
-    server cannot be asked, one per core (the workers then say what is wrong).
+    server cannot be asked, one (which then says what is wrong, once).
+
+    Raises:
+        ConfigError: ``url`` is not a PostgreSQL URL.
     """
     cores = usable_cores()
     free = _free_connections(url)
-    if free is None or free >= cores * CONNECTIONS_PER_PROCESS:
+    if free is None:  # one process, which says what is wrong once
+        return 1, "PostgreSQL could not be asked how many connections it has free"
+    if free >= cores * CONNECTIONS_PER_PROCESS:
         return cores, "one per core"
     fits = max(1, free // CONNECTIONS_PER_PROCESS)
     return fits, f"one per core would be {cores}; PostgreSQL has connections free for {fits}"
@@ -128,21 +133,19 @@ def _cpu_quota() -> float | None:
 
 def _free_connections(url: str) -> int | None:
     """Connections the server at ``url`` has free for other clients; ``None`` if unknown."""
+    from taskdecomp.scale.engine import system_url
+
+    dsn = system_url(url)  # not PostgreSQL: one error here, not one per process
     try:
         import psycopg
-        from sqlalchemy import make_url
 
-        parsed = make_url(url)
-        if parsed.get_backend_name() != "postgresql":
-            return None
-        dsn = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
         with psycopg.connect(dsn, connect_timeout=5) as conn:
             row = conn.execute(
                 "SELECT current_setting('max_connections')::int"
                 " - current_setting('superuser_reserved_connections')::int"
                 " - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
             ).fetchone()
-    except Exception:  # no server, no driver, no rights: the workers will say what is wrong
+    except Exception:  # no server, no rights: the worker will say what is wrong
         logger.debug("could not count PostgreSQL's free connections", exc_info=True)
         return None
     return None if row is None else int(row[0])

@@ -116,8 +116,18 @@ def _raised_as_sqlalchemy(conn: Connection, sql: str, values: Any) -> Iterator[N
     try:
         yield
     except dialect.loaded_dbapi.Error as exc:
+        # A lost connection is dropped, as SQLAlchemy drops it: no rollback is tried on it,
+        # so the error raised is the server's, not the failed rollback's.
+        lost = dialect.is_disconnect(exc, conn.connection.dbapi_connection, None)
+        if lost:
+            conn.invalidate(exc)
         raise sa_exc.DBAPIError.instance(
-            sql, values, exc, dialect.loaded_dbapi.Error, dialect=dialect
+            sql,
+            values,
+            exc,
+            dialect.loaded_dbapi.Error,
+            dialect=dialect,
+            connection_invalidated=lost,
         ) from exc
 
 

@@ -104,8 +104,8 @@ _INSERT_NEW_RUN = {
     name: Prepared(insert_of(schema.runs).on_conflict_do_nothing(index_elements=["id"]))
     for name, insert_of in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert))
 }
-"""A run's row unless its id is taken (then no row is inserted): one statement, no lookup
-first. SQLAlchemy keeps an ``INSERT``'s row count only when asked."""
+"""A run's row unless its id is taken (then no row is inserted, and the driver's row count
+says 0): one statement, no lookup first."""
 _INSERT_ATTEMPT = insert(schema.attempts)
 _INSERT_STEP = insert(schema.steps)
 _INSERT_PLAN = Prepared(insert(schema.plans))
