@@ -405,3 +405,30 @@ def test_an_interrupt_while_one_run_ends_fails_the_writes_of_the_others(store: S
     other.post(event_write(store, 2), on_error=errors.append)
     other.close()
     assert kinds(store) == ["e2"] and len(errors) == 1
+
+
+def test_a_cancelled_wait_leaves_its_write_to_fail_without_an_unretrieved_error(
+    store: SqlStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    import gc
+
+    writer = GroupWriter(store, name="w", linger=0)
+    release = threading.Event()
+
+    def failing() -> None:
+        release.wait(10)
+        raise RuntimeError("the write failed")
+
+    async def cancelled_wait() -> None:
+        waiting = asyncio.create_task(writer.durable(failing))
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        release.set()  # the write fails only now, with nobody waiting for it
+        await asyncio.sleep(0.2)
+
+    asyncio.run(cancelled_wait())
+    writer.close()
+    gc.collect()
+    assert "never retrieved" not in caplog.text

@@ -81,7 +81,7 @@ from taskdecomp.store.base import (
     StoredRun,
 )
 from taskdecomp.tools import SideEffects
-from taskdecomp.writer import lane
+from taskdecomp.writer import awaited, lane
 
 logger = logging.getLogger(__name__)
 
@@ -315,15 +315,9 @@ class Journal:
         Raises:
             StoreError: the run cannot be stored (its id is taken, the store failed).
         """
-        if self._creating is None:
-            return
-        waiting = asyncio.wrap_future(self._creating)
-        try:
-            await asyncio.shield(waiting)
-        except asyncio.CancelledError:
-            waiting.add_done_callback(_retrieved)  # a failure is the run's end's to report
-            raise
-        self._creating = None
+        if self._creating is not None:
+            await awaited(self._creating)
+            self._creating = None
 
     def reopened(self) -> None:
         """Mark the stored run ``running`` again for this segment.
@@ -664,12 +658,6 @@ class Journal:
         except LeaseLostError as exc:
             self.lost = exc
             raise StopRun(stops.LEASE_LOST, message=str(exc)) from exc
-
-
-def _retrieved(future: asyncio.Future[Any]) -> None:
-    """Take ``future``'s outcome, so that a failure nobody awaits is not logged as lost."""
-    if not future.cancelled():
-        future.exception()
 
 
 def interrupted(stored: StoredRun, step_id: TaskId) -> StopRun:

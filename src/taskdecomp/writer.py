@@ -173,8 +173,7 @@ class GroupWriter:
 
         Cancelling the wait does not cancel the write: it is made all the same.
         """
-        queued = self.submit(write, durable=True, lane=lane)
-        return await asyncio.shield(asyncio.wrap_future(queued))
+        return await awaited(self.submit(write, durable=True, lane=lane))
 
     def flush(self) -> None:
         """Block until everything queued so far is on disk (errors stay in their futures)."""
@@ -437,6 +436,25 @@ def _join_key(write: Callable[[], Any]) -> Hashable | None:
 
 def _nothing() -> None:
     return None
+
+
+async def awaited(future: Future[_T]) -> _T:
+    """``future``'s result, waited for without blocking the loop.
+
+    Cancelling the wait leaves the write to go on; its failure, which the write's run then
+    learns otherwise, is not logged as an error nobody retrieved.
+    """
+    waiting = asyncio.wrap_future(future)
+    try:
+        return await asyncio.shield(waiting)
+    except asyncio.CancelledError:
+        waiting.add_done_callback(_retrieved)
+        raise
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 class Lane:
