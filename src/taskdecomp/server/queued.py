@@ -203,9 +203,10 @@ async def execute(
             owner=owners.new_owner_id(),
             ttl=durable.lease_seconds(env.lease_seconds),
             max_recoveries=MAX_RECOVERIES,
+            reopen=True,  # taken, reopened and read in one transaction
         )
-    lease = admission.lease
-    if lease is None:  # it ended meanwhile
+    lease, taken = admission.lease, admission.run
+    if lease is None or taken is None:  # it ended meanwhile
         return store.load_run(run_id).result()
     if admission.start in ("cancelled", "poisoned"):
         reason, message = (stops.CANCELLED, "cancelled before it started")
@@ -213,11 +214,12 @@ async def execute(
             reason, message = (stops.POISONED, f"its process died {admission.recoveries} times")
         from taskdecomp.scale.runs import end
 
-        await end(store, lease, reason, message)
+        await end(store, lease, reason, message, stored=taken)
         return store.load_run(run_id).result()
     return await continue_run(
-        run_id, prepare=_as_is, tools=tools, model=model, on_event=on_event, lease=lease, env=env
-    )
+        run_id, prepare=_as_is, tools=tools, model=model, on_event=on_event, lease=lease,
+        taken=taken, env=env,
+    )  # fmt: skip
 
 
 async def refuse(
