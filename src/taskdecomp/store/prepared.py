@@ -16,8 +16,7 @@ alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,9 +69,11 @@ class Prepared:
         if compiled is None:
             return int(conn.execute(self.statement, dict(params)).rowcount)
         values = compiled.values(params)
-        with _raised_as_sqlalchemy(conn, compiled.sql, values):
-            driver: Any = conn.connection.driver_connection
+        driver: Any = conn.connection.driver_connection
+        try:
             return int(driver.execute(compiled.sql, values).rowcount)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _as_sqlalchemy(conn, compiled.sql, values, exc) from exc
 
     def many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         """Execute it once per row of ``rows`` (all naming the same parameters), in one call.
@@ -90,13 +91,14 @@ class Prepared:
             conn.execute(self.statement, [dict(row) for row in rows])
             return
         values = [compiled.values(row) for row in rows]
-        with _raised_as_sqlalchemy(conn, compiled.sql, values):
-            driver: Any = conn.connection.driver_connection
-            cursor = driver.cursor()
-            try:
-                cursor.executemany(compiled.sql, values)
-            finally:
-                cursor.close()
+        driver: Any = conn.connection.driver_connection
+        cursor = driver.cursor()
+        try:
+            cursor.executemany(compiled.sql, values)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _as_sqlalchemy(conn, compiled.sql, values, exc) from exc
+        finally:
+            cursor.close()
 
     def _compiled_for(self, conn: Connection, params: Mapping[str, Any]) -> _Compiled | None:
         dialect = conn.dialect
@@ -109,26 +111,20 @@ class Prepared:
             return compiled
 
 
-@contextmanager
-def _raised_as_sqlalchemy(conn: Connection, sql: str, values: Any) -> Iterator[None]:
-    """Raise a driver error as the SQLAlchemy error ``conn.execute`` would have raised."""
+def _as_sqlalchemy(conn: Connection, sql: str, values: Any, exc: Any) -> sa_exc.StatementError:
+    """The SQLAlchemy error ``conn.execute`` would have raised for the driver's ``exc``.
+
+    A lost connection is dropped, as SQLAlchemy drops it: no rollback is tried on it, so the
+    error raised is the server's, not the failed rollback's.
+    """
     dialect = conn.dialect
-    try:
-        yield
-    except dialect.loaded_dbapi.Error as exc:
-        # A lost connection is dropped, as SQLAlchemy drops it: no rollback is tried on it,
-        # so the error raised is the server's, not the failed rollback's.
-        lost = dialect.is_disconnect(exc, conn.connection.dbapi_connection, None)
-        if lost:
-            conn.invalidate(exc)
-        raise sa_exc.DBAPIError.instance(
-            sql,
-            values,
-            exc,
-            dialect.loaded_dbapi.Error,
-            dialect=dialect,
-            connection_invalidated=lost,
-        ) from exc
+    lost = dialect.is_disconnect(exc, conn.connection.dbapi_connection, None)
+    if lost:
+        conn.invalidate(exc)
+    error: sa_exc.StatementError = sa_exc.DBAPIError.instance(
+        sql, values, exc, dialect.loaded_dbapi.Error, dialect=dialect, connection_invalidated=lost
+    )
+    return error
 
 
 def _compile(
