@@ -195,8 +195,13 @@ def start_worker(setup: Setup, no: int) -> subprocess.Popen[bytes]:
         "--tools", f"bench={setup.tools}", "--model", f"fast=scripted:{setup.model}",
         "--tools", f"short={setup.short_tools}", "--model", f"zero=scripted:{setup.short_model}",
     ]  # fmt: skip
+    return spawn(argv, setup.logs / f"worker-{no}.log")
+
+
+def spawn(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """``argv`` in a session of its own, without ``TASKDECOMP_`` settings, logging to a file."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASKDECOMP_")}
-    with (setup.logs / f"worker-{no}.log").open("ab") as log:
+    with log_path.open("ab") as log:
         return subprocess.Popen(
             argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             start_new_session=True,
@@ -452,12 +457,7 @@ def start_floor_worker(setup: Setup) -> subprocess.Popen[bytes]:
         "from scale import floor_worker; floor_worker(sys.argv[1], int(sys.argv[2]))"
     )
     argv = [sys.executable, "-c", code, setup.db, str(setup.concurrency)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKDECOMP_")}
-    with (setup.logs / "worker-floor.log").open("ab") as log:
-        return subprocess.Popen(
-            argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            start_new_session=True,
-        )  # fmt: skip
+    return spawn(argv, setup.logs / "worker-floor.log")
 
 
 def enqueue_empty(setup: Setup, store: SqlStore, count: int) -> list[str]:

@@ -8,7 +8,8 @@ the moment a limit would be crossed; :class:`Usage` is its frozen snapshot for r
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from taskdecomp import stops
 from taskdecomp.stops import LlmPhase, StopRun
@@ -71,6 +72,15 @@ class Budget:
                     f"{name} must be a finite number >= 0, or None for no limit, got {value!r}"
                 )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON object (numbers and ``None``: nothing to copy)."""
+        return _fields_of(self)
+
+
+def _fields_of(value: Budget | Usage) -> dict[str, Any]:
+    """A flat dataclass's fields by name, without :func:`dataclasses.asdict`'s deep copy."""
+    return {spec.name: getattr(value, spec.name) for spec in fields(value)}
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Usage:
@@ -92,6 +102,10 @@ class Usage:
     """Refused answers sent back to the model to be repaired (each one more model call)."""
     estimated: bool = False
     """Some token counts are estimated: a server sent none for a call."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON object (numbers and booleans: nothing to copy)."""
+        return _fields_of(self)
 
 
 @dataclass(kw_only=True)

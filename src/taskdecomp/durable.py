@@ -301,8 +301,7 @@ class Journal:
             self.store.create_run(new, owner=lease.owner, ttl=lease.ttl)
 
         if self._writer is None:
-            with self.store.batch(durable=True):
-                write()
+            write()  # a transaction of its own, durable
         else:
             self._creating = self._writer.submit(write, urgent=True)
 

@@ -8,7 +8,7 @@ The result keeps the seed's JSON contract (``status``, ``stop_reason``, ``answer
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal, NewType
 
 from taskdecomp.budget import Usage
@@ -131,7 +131,7 @@ class RunResult:
             "message": self.message,
             "trace": [entry.to_dict() for entry in self.trace],
             "history": [entry.to_dict() for entry in self.history],
-            "usage": asdict(self.usage),
+            "usage": self.usage.to_dict(),
             "approval": self.approval,
         }
 

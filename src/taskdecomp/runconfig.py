@@ -11,7 +11,7 @@ when the run has an answer type.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,7 @@ def new_run(
     environment's.
     """
     config: dict[str, Any] = {
-        "budget": budget_fields(budget),
+        "budget": budget.to_dict(),
         "allow": sorted(allow),
         "roles": role_names(roles or {}),
         "strategy": strategy,
@@ -99,14 +99,6 @@ def new_run(
         tools=tools_name(tools),
         config=secrets.value(config),
     )
-
-
-def budget_fields(budget: Budget) -> dict[str, Any]:
-    """The budget's fields as a JSON object (every one a number or ``None``)."""
-    return {name: getattr(budget, name) for name in _BUDGET_FIELDS}
-
-
-_BUDGET_FIELDS = tuple(spec.name for spec in fields(Budget))
 
 
 def model_name(model: object) -> str | None:

@@ -139,8 +139,9 @@ def worker_command(
     if count is None:
         count, why = forks.default_count(settings.store_url(db))
     registry.load(servers=count == 1)  # a bad --tools: one error here, not one per process
-    each = f"{count} process{'es' if count > 1 else ''}{f' ({why})' if why else ''}, "
-    each = "" if count == 1 and not why else each
+    each = ""
+    if count > 1 or why:
+        each = f"{count} process{'es' if count > 1 else ''}{f' ({why})' if why else ''}, "
     console(stderr=True).print(
         literal(
             f"worker on queue {queue!r} ({each}{concurrency} at once"

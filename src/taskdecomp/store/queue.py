@@ -154,14 +154,15 @@ _STARTABLE: list[ColumnElement[str]] = [literal_column("'queued'"), literal_colu
 """The states a worker starts a run from, written into the statement (no parameter)."""
 _CLAIMED = ("lease_owner", "lease_epoch", "lease_heartbeat_at", "lease_expires_at")
 """The lease columns a take sets (:func:`taskdecomp.store.rows.claim`)."""
-_REOPENED = {
+REOPENED = {
     "status": literal_column("'running'"),
     "stop_reason": null(),
     "finished_at": null(),
     "segments": _runs.c.segments + literal_column("1"),
     "updated_at": bindparam("b_now"),
 }
-"""What marks the run ``running`` for a new segment, as a resume's reopening does."""
+"""What marks a run ``running`` for its next segment (``:b_now`` the time): a worker's take,
+and a resume's reopening (:meth:`~taskdecomp.store.sql.SqlStore.reopen_run`)."""
 
 
 def _take(*, reopen: bool) -> Prepared:
@@ -177,7 +178,7 @@ def _take(*, reopen: bool) -> Prepared:
             _runs.c.lease_epoch == bindparam("b_seen"),
             _runs.c.status.in_(_STARTABLE),
         )
-        .values({**claimed, **_REOPENED} if reopen else claimed)
+        .values({**claimed, **REOPENED} if reopen else claimed)
     )
 
 

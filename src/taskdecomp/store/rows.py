@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import fields
 from typing import Any
 
 from taskdecomp.budget import Usage
@@ -27,11 +26,8 @@ def key(run_id: RunId) -> str:
 
 
 def usage(value: Usage) -> str:
-    """The stored form of a usage snapshot (its fields are numbers: no copy of them is made)."""
-    return encode_json({name: getattr(value, name) for name in _USAGE_FIELDS}, what="usage")
-
-
-_USAGE_FIELDS = tuple(spec.name for spec in fields(Usage))
+    """The stored form of a usage snapshot."""
+    return encode_json(value.to_dict(), what="usage")
 
 
 def new_run(run: NewRun, *, now: float, owner: str | None = None, ttl: float = 0.0) -> Row:

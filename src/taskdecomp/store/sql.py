@@ -466,13 +466,8 @@ class SqlStore:
             reopened = conn.execute(
                 update(runs)
                 .where(runs.c.id == rows.key(run_id), runs.c.segments == segment - 1)
-                .values(
-                    status="running",
-                    stop_reason=None,
-                    finished_at=None,
-                    segments=segment,
-                    updated_at=now,
-                )
+                .values(queues.REOPENED),
+                {"b_now": now},
             )
             if reopened.rowcount != 1:
                 raise StoreError(
