@@ -22,13 +22,12 @@ def event(n: int, data: str = "{}") -> dict[str, object]:
 
 
 @pytest.mark.usefixtures("run_row")
-@pytest.mark.parametrize("count", [COPY_FROM_ROWS - 1, 300])
+@pytest.mark.parametrize("count", [COPY_FROM_ROWS - 1, COPY_FROM_ROWS, 300])
 def test_rows_keep_their_order_and_their_values(store: SqlStore, count: int) -> None:
     awkward = '{"text":"tab\\\\t, quote \\\\", backslash \\\\\\\\, \\\\u00e9"}'
     with store.write() as conn:
-        insert_rows(
-            conn, schema.events, [event(n, awkward if n == 5 else "{}") for n in range(count)]
-        )
+        rows = [event(n, awkward if n == count - 1 else "{}") for n in range(count)]
+        insert_rows(conn, schema.events, rows)
     with store.read() as conn:
         rows = conn.execute(
             select(schema.events.c.kind, schema.events.c.at, schema.events.c.data).order_by(
@@ -36,7 +35,8 @@ def test_rows_keep_their_order_and_their_values(store: SqlStore, count: int) -> 
             )
         ).all()
     assert [row.kind for row in rows] == [f"e{n}" for n in range(count)]  # ids in row order
-    assert rows[5].data == awkward and rows[-1].at == count - 1
+    assert rows[-1].data == awkward and rows[-1].at == count - 1
+    assert all(row.data == "{}" for row in rows[:-1])
 
 
 @pytest.mark.usefixtures("run_row")
@@ -50,7 +50,7 @@ def test_a_refused_row_is_refused_as_an_insert_is_and_the_transaction_keeps_noth
     ]
     with pytest.raises(StoreError, match="refused a write"), store.write() as conn:
         insert_rows(conn, schema.events, [event(n) for n in range(many)])
-        insert_rows(conn, schema.steps, [*steps, steps[3]])  # a step twice
+        insert_rows(conn, schema.steps, [*steps, steps[-1]])  # a step twice
     orphans = [{**event(n), "run_id": "no such run"} for n in range(many)]
     with pytest.raises(StoreError, match="refused a write"), store.write() as conn:
         insert_rows(conn, schema.events, orphans)  # the foreign key

@@ -91,7 +91,13 @@ def finish(store: SqlStore, plan: Plan, *, run_id: str = "r1", answer: str = "do
 
 
 def checkpoint_ok(
-    store: SqlStore, plan: Plan, step_no: int, observation: Any, *, attempt_id: int | None = None
+    store: SqlStore,
+    plan: Plan,
+    step_no: int,
+    observation: Any,
+    *,
+    attempt_id: int | None = None,
+    lease: Lease | None = None,
 ) -> None:
     step = plan.steps[step_no - 1]
     store.checkpoint(
@@ -105,6 +111,7 @@ def checkpoint_ok(
             usage=Usage(tool_calls=step_no),
             events=[EventRecord(kind="StepFinished", at=1.0, data={"step_no": step_no})],
         ),
+        lease=lease,
     )
 
 
@@ -474,8 +481,10 @@ def test_renewals_and_fenced_writes_keep_a_lease_alive(timed: SqlStore, clock: C
     clock.at = 1008.0
     renewed = timed.renew_lease(lease)
     assert renewed == replace(lease, expires_at=1018.0) == holder(timed)
+    plan = make_plan("s1")
+    timed.save_plan(RunId("r1"), plan, events=[], lease=renewed)  # an insert: no renewal
     clock.at = 1015.0
-    timed.save_plan(RunId("r1"), make_plan("s1"), events=[], lease=renewed)
+    checkpoint_ok(timed, plan, 1, "done", lease=renewed)  # the run's row: renewed
     clock.at = 1024.0
     with pytest.raises(RunLeasedError, match=r"'a' holds the lease for 1\.0s more"):
         timed.acquire_lease(RunId("r1"), owner="b", ttl=10)

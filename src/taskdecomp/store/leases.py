@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Insert, bindparam, insert, select, update
+from sqlalchemy import Connection, Insert, Table, bindparam, insert, select, update
 
 from taskdecomp import owners
 from taskdecomp.errors import LeaseLostError, RunLeasedError, RunNotFoundError
@@ -58,17 +58,27 @@ def params(lease: Lease, *, now: float) -> dict[str, Any]:
     }
 
 
-def _fenced_intent() -> Insert:
-    """``INSERT INTO attempts ... SELECT :values FROM runs WHERE <fence> FOR SHARE``."""
-    attempts = schema.attempts
-    columns = [column for column in attempts.c if column.name != "id"]
+def fenced_insert(table: Table) -> Insert:
+    """``INSERT INTO <table> ... SELECT :values FROM runs WHERE <fence> FOR SHARE``.
+
+    The row is selected from the run's row under the fence (``FOR SHARE`` on PostgreSQL, so
+    a take-over waits for it or makes it insert nothing): a fenced insert costs no statement
+    more for its lease. Values are bound as ``v_<column>``, the fence as :data:`HELD` with
+    ``b_key``; every column but an autoincrement ``id`` is given.
+    """
+    columns = [column for column in table.c if column.name != "id"]
     values = select(*[bindparam(f"v_{c.name}", type_=c.type) for c in columns]).where(
         _runs.c.id == bindparam("b_key"), *HELD
     )
-    return insert(attempts).from_select(columns, values.with_for_update(read=True))
+    return insert(table).from_select(columns, values.with_for_update(read=True))
 
 
-_FENCED_INTENT = _fenced_intent()
+def held_by(lease: Lease) -> dict[str, Any]:
+    """The bound values of :data:`HELD` and the run's key, for :func:`fenced_insert`."""
+    return {"b_key": rows.key(lease.run_id), "b_owner": lease.owner, "b_epoch": lease.epoch}
+
+
+_FENCED_INTENT = fenced_insert(schema.attempts)
 _FENCED_INTENT_RETURNING = _FENCED_INTENT.returning(schema.attempts.c.id)
 """Built once: SQLAlchemy would otherwise build and key a new statement every call."""
 
@@ -76,19 +86,16 @@ _FENCED_INTENT_RETURNING = _FENCED_INTENT.returning(schema.attempts.c.id)
 def insert_intent(conn: Connection, row: dict[str, Any], lease: Lease) -> int:
     """Insert an attempt's intent only while ``lease`` holds the run, in one statement.
 
-    The row is selected from the run's row under the fence (``FOR SHARE`` on PostgreSQL, so
-    a take-over waits for it or makes it insert nothing); an ``unsafe`` step's intent costs
-    no statement more for its lease.
+    An ``unsafe`` step's intent costs no statement more for its lease (:func:`fenced_insert`).
 
     Raises:
         LeaseLostError: nothing was inserted: ``lease`` no longer holds the run.
     """
-    values = {f"v_{name}": value for name, value in row.items()}
-    held_by = {"b_key": rows.key(lease.run_id), "b_owner": lease.owner, "b_epoch": lease.epoch}
+    values = {f"v_{name}": value for name, value in row.items()} | held_by(lease)
     if conn.dialect.name == "postgresql":
-        attempt_id = conn.execute(_FENCED_INTENT_RETURNING, {**values, **held_by}).scalar()
+        attempt_id = conn.execute(_FENCED_INTENT_RETURNING, values).scalar()
     else:
-        result = conn.execute(_FENCED_INTENT, {**values, **held_by})
+        result = conn.execute(_FENCED_INTENT, values)
         attempt_id = result.lastrowid if result.rowcount == 1 else None
     if attempt_id is None:
         raise lost(conn, lease)

@@ -109,6 +109,8 @@ says 0): one statement, no lookup first."""
 _INSERT_ATTEMPT = insert(schema.attempts)
 _INSERT_STEP = insert(schema.steps)
 _INSERT_PLAN = Prepared(insert(schema.plans))
+_FENCED_PLAN = Prepared(leases.fenced_insert(schema.plans))
+"""A new run's plan, inserted only while its lease holds the run: one statement."""
 _END_ATTEMPT = (
     update(schema.attempts)
     .where(schema.attempts.c.id == bindparam("b_id"))
@@ -492,9 +494,11 @@ class SqlStore:
         now = self.now()
         row = rows.plan(run_id, plan, now=now)
         with self.write() as conn:
-            if lease is not None:
-                leases.fence(conn, lease, now=now)
-            _INSERT_PLAN(conn, row)
+            if lease is None:
+                _INSERT_PLAN(conn, row)
+            else:
+                fenced = {f"v_{name}": value for name, value in row.items()}
+                leases.held(conn, _FENCED_PLAN(conn, fenced | leases.held_by(lease)), lease)
             self._events(conn, run_id, events)
 
     def record_intent(
