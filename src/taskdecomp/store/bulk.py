@@ -22,7 +22,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, insert
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.sql.compiler import IdentifierPreparer
 
+from taskdecomp.store import prepared
 from taskdecomp.store.prepared import Prepared
 
 COPY_FROM_ROWS = 2
@@ -45,19 +47,23 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
         return
     import psycopg
 
-    columns = list(rows[0])
-    names = ", ".join(conn.dialect.identifier_preparer.quote(name) for name in columns)
-    statement = f"COPY {conn.dialect.identifier_preparer.format_table(table)} ({names}) FROM STDIN"
-    driver = conn.connection.driver_connection
-    assert isinstance(driver, psycopg.Connection)  # the only PostgreSQL driver stores use
+    columns = tuple(rows[0])
+    statement = _copy(table, columns, conn.dialect.identifier_preparer)
     try:
-        with driver.cursor() as cursor, cursor.copy(statement) as copy:
+        with prepared.cursor(conn).copy(statement) as copy:
             for row in rows:
                 copy.write_row([row[name] for name in columns])
     except psycopg.Error as exc:
         raise sa_exc.DBAPIError.instance(
             statement, None, exc, psycopg.Error, dialect=conn.dialect
         ) from exc
+
+
+@functools.lru_cache(maxsize=64)
+def _copy(table: Table, columns: tuple[str, ...], quoting: IdentifierPreparer) -> str:
+    """The ``COPY ... FROM STDIN`` of ``columns`` of ``table``, built once."""
+    names = ", ".join(quoting.quote(name) for name in columns)
+    return f"COPY {quoting.format_table(table)} ({names}) FROM STDIN"
 
 
 @functools.cache

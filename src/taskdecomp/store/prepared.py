@@ -71,7 +71,7 @@ class Prepared:
             return int(conn.execute(self.statement, dict(params)).rowcount)
         values = compiled.values(params)
         try:
-            return int(_cursor(conn).execute(compiled.sql, values).rowcount)
+            return int(cursor(conn).execute(compiled.sql, values).rowcount)
         except conn.dialect.loaded_dbapi.Error as exc:
             raise _as_sqlalchemy(conn, compiled.sql, values, exc) from exc
 
@@ -92,7 +92,7 @@ class Prepared:
             return
         values = [compiled.values(row) for row in rows]
         try:
-            _cursor(conn).executemany(compiled.sql, values)
+            cursor(conn).executemany(compiled.sql, values)
         except conn.dialect.loaded_dbapi.Error as exc:
             raise _as_sqlalchemy(conn, compiled.sql, values, exc) from exc
 
@@ -110,8 +110,8 @@ class Prepared:
 _CURSOR = "taskdecomp_cursor"
 
 
-def _cursor(conn: Connection) -> Any:
-    """The driver cursor the prepared statements share on ``conn``'s connection.
+def cursor(conn: Connection) -> Any:
+    """The driver cursor the prepared statements (and ``COPY``) share on ``conn``'s connection.
 
     Kept in the pooled connection's ``info`` (emptied when the connection is dropped), with
     the driver connection it belongs to, so a reconnected one gets a cursor of its own.

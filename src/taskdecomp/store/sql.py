@@ -34,6 +34,7 @@ from sqlalchemy import (
     URL,
     Connection,
     Engine,
+    Table,
     bindparam,
     create_engine,
     delete,
@@ -107,7 +108,6 @@ _INSERT_NEW_RUN = {
 """A run's row unless its id is taken (then no row is inserted, and the driver's row count
 says 0): one statement, no lookup first."""
 _INSERT_ATTEMPT = insert(schema.attempts)
-_INSERT_STEP = insert(schema.steps)
 _INSERT_PLAN = Prepared(insert(schema.plans))
 _FENCED_PLAN = Prepared(leases.fenced_insert(schema.plans))
 """A new run's plan, inserted only while its lease holds the run: one statement."""
@@ -306,8 +306,9 @@ class SqlStore:
 
         A failing write rolls the whole batch back. With ``durable=False`` the commit does
         not wait for the disk: it survives the process being killed but not a power cut,
-        until the next durable commit. The events its writes store go in together, in
-        order, at its end: one statement for the batch instead of one for each write.
+        until the next durable commit. The attempts, steps and events its writes store go
+        in together, in order, at its end: one statement a table for the batch (the runs
+        of a group commit included) instead of one for each write.
         """
         if getattr(self._batch, "conn", None) is not None:
             raise RuntimeError("store batches do not nest")
@@ -316,12 +317,13 @@ class SqlStore:
         with self._errors(), engine.begin() as conn:
             if not durable and self.dialect == "postgresql":
                 conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
-            self._batch.conn, self._batch.events = conn, []
+            self._batch.conn, self._batch.rows = conn, {}
             try:
                 yield
-                self._insert_events(conn, self._batch.events)
+                for table, pending in self._batch.rows.items():
+                    self._insert(conn, table, pending)
             finally:
-                self._batch.conn = self._batch.events = None
+                self._batch.conn = self._batch.rows = None
         self._committed(durable=durable)
 
     def _committed(self, *, durable: bool) -> None:
@@ -512,6 +514,7 @@ class SqlStore:
         now = self.now()
         row = rows.attempt_start(run_id, attempt, now=now)
         with self.write() as conn:
+            self._pending_now(conn, schema.attempts)  # the attempts before it get lower ids
             if lease is not None:
                 return leases.insert_intent(conn, row, lease)
             result = conn.execute(_INSERT_ATTEMPT, row)
@@ -567,11 +570,11 @@ class SqlStore:
         touch = {"b_key": key, "b_usage": rows.usage(checkpoints[-1].usage), "b_now": now}
         with self.write() as conn:
             self._touch(conn, touch, lease, now=now)
-            bulk.insert_rows(conn, schema.attempts, inserted)
+            self._rows(conn, schema.attempts, inserted)
             if ended:
                 conn.execute(_END_ATTEMPT, ended)
-            bulk.insert_rows(conn, schema.steps, steps)
-            self._event_rows(conn, events)
+            self._rows(conn, schema.steps, steps)
+            self._rows(conn, schema.events, events)
             if state is not None:
                 conn.execute(_SET_STATE, {"b_key": key, "b_state": state})
 
@@ -594,7 +597,7 @@ class SqlStore:
         touch = {"b_key": rows.key(run_id), "b_usage": rows.usage(usage), "b_now": now}
         with self.write() as conn:
             self._touch(conn, touch, lease, now=now)
-            conn.execute(_INSERT_STEP, step_row)
+            self._rows(conn, schema.steps, [step_row])
             self._events(conn, run_id, events)
 
     def save_state(
@@ -835,24 +838,38 @@ class SqlStore:
         self._engine.dispose()
 
     def _events(self, conn: Connection, run_id: RunId, events: Sequence[EventRecord]) -> None:
-        self._event_rows(conn, rows.events(run_id, events))
+        self._rows(conn, schema.events, rows.events(run_id, events))
 
-    def _event_rows(self, conn: Connection, event_rows: list[dict[str, Any]]) -> None:
-        """Insert ``event_rows`` now, or at the end of the batch ``conn`` belongs to."""
-        pending: list[dict[str, Any]] | None = getattr(self._batch, "events", None)
-        if pending is not None:  # inside a batch, ``conn`` is its connection
-            pending += event_rows
-        else:
-            self._insert_events(conn, event_rows)
+    def _rows(self, conn: Connection, table: Table, new: list[dict[str, Any]]) -> None:
+        """Insert ``new`` rows (of one shape per table) now, or at the end of ``conn``'s batch.
 
-    def _insert_events(self, conn: Connection, event_rows: list[dict[str, Any]]) -> None:
-        """Insert ``event_rows`` and note their runs for the watchers (and ``NOTIFY`` them)."""
-        bulk.insert_rows(conn, schema.events, event_rows)
+        Rows that reference nothing but their run wait there (attempts, steps, events): no
+        statement of the batch reads them, and its runs' rows are written by then. A row
+        inserted otherwise (an intent, whose id is needed at once) has the waiting rows of
+        its table inserted first, so ids keep the order the writes came in.
+        """
+        pending: dict[Table, list[dict[str, Any]]] | None = getattr(self._batch, "rows", None)
+        if pending is None:
+            self._insert(conn, table, new)
+        elif new:  # inside a batch, ``conn`` is its connection
+            pending.setdefault(table, []).extend(new)
+
+    def _pending_now(self, conn: Connection, table: Table) -> None:
+        """Insert the rows of ``table`` that wait for the end of ``conn``'s batch, now."""
+        pending: dict[Table, list[dict[str, Any]]] | None = getattr(self._batch, "rows", None)
+        if pending and table in pending:
+            self._insert(conn, table, pending.pop(table))
+
+    def _insert(self, conn: Connection, table: Table, new: list[dict[str, Any]]) -> None:
+        """Insert ``new`` rows; for events, note their runs for the watchers (and ``NOTIFY``)."""
+        bulk.insert_rows(conn, table, new)
+        if table is not schema.events:
+            return
         written: set[str] = self._written.runs
-        new = {row["run_id"] for row in event_rows} - written
-        if new and self.dialect == "postgresql":
-            _NOTIFY(conn, {"run_ids": sorted(new)})
-        written |= new
+        runs = {row["run_id"] for row in new} - written
+        if runs and self.dialect == "postgresql":
+            _NOTIFY(conn, {"run_ids": sorted(runs)})
+        written |= runs
 
 
 def _sqlite_sync(options: Mapping[str, Any]) -> str:
