@@ -172,13 +172,38 @@ async def leased(journal: Journal | None) -> AsyncIterator[None]:
     if journal is None:
         yield
         return
-    beat = asyncio.create_task(journal.heartbeat(), name=f"lease of run {journal.run_id}")
+    beat = _Heartbeat(journal)
     try:
         yield
     finally:
-        beat.cancel()
-        await asyncio.gather(beat, return_exceptions=True)
+        beat.stop()
         journal.release()
+
+
+class _Heartbeat:
+    """Renews ``journal``'s lease every third of its length, by the loop's timer.
+
+    A timer rather than a task: a short run pays for one timer, not for a task started,
+    cancelled and waited for.
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+        self._loop = asyncio.get_running_loop()
+        self._timer = self._loop.call_later(journal.lease.ttl / 3, self._beat)
+
+    def _beat(self) -> None:
+        journal = self._journal
+        try:
+            journal.renew()
+        except Exception:  # renew() handles the store's errors: this is a bug; stop beating
+            logger.exception("the lease heartbeat of run %r stopped", journal.run_id)
+            return
+        if journal.beating:
+            self._timer = self._loop.call_later(journal.lease.ttl / 3, self._beat)
+
+    def stop(self) -> None:
+        self._timer.cancel()
 
 
 class Journal:
@@ -544,11 +569,10 @@ class Journal:
         if error is not None:
             raise error
 
-    async def heartbeat(self) -> None:
-        """Renew the lease every third of its length until cancelled, lost or ended."""
-        while self.lost is None and not self._ended:
-            await asyncio.sleep(self.lease.ttl / 3)
-            self.renew()
+    @property
+    def beating(self) -> bool:
+        """Whether the lease is still renewed: neither lost nor ended."""
+        return self.lost is None and not self._ended
 
     def renew(self) -> None:
         """Renew the lease now; a lost lease is remembered, a store failure only logged."""

@@ -441,20 +441,34 @@ def _nothing() -> None:
 async def awaited(future: Future[_T]) -> _T:
     """``future``'s result, waited for without blocking the loop.
 
-    Cancelling the wait leaves the write to go on; its failure, which the write's run then
-    learns otherwise, is not logged as an error nobody retrieved.
+    Cancelling the wait leaves the write to go on (nothing links the wait back to it); its
+    failure, which the write's run then learns otherwise, is not logged as an error nobody
+    retrieved. Lighter than ``asyncio.shield(asyncio.wrap_future(future))``, which links
+    both ways and then cuts the link again: one hand-off back to the loop, nothing more.
     """
-    waiting = asyncio.wrap_future(future)
-    try:
-        return await asyncio.shield(waiting)
-    except asyncio.CancelledError:
-        waiting.add_done_callback(_retrieved)
-        raise
+    loop = asyncio.get_running_loop()
+    waiting: asyncio.Future[_T] = loop.create_future()
+
+    def settle(done: Future[_T]) -> None:  # on the writer's thread, or here if already done
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(_copy_outcome, done, waiting)
+
+    future.add_done_callback(settle)
+    return await waiting
 
 
-def _retrieved(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
+def _copy_outcome(done: Future[_T], waiting: asyncio.Future[_T]) -> None:
+    """Hand ``done``'s outcome to ``waiting``, unless its wait was cancelled meanwhile."""
+    if waiting.cancelled():
+        return
+    if done.cancelled():
+        waiting.cancel()
+        return
+    error = done.exception()
+    if error is not None:
+        waiting.set_exception(error)
+    else:
+        waiting.set_result(done.result())
 
 
 class Lane:
