@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -515,10 +516,12 @@ def _stale_writes(plan: Plan) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["alone", "in a batch"])
 @pytest.mark.parametrize("write", ["checkpoint", "intent", "plan", "finish", "reopen", "renew"])
 def test_a_fenced_write_from_a_stale_epoch_raises_and_writes_nothing(
-    timed: SqlStore, clock: Clock, write: str
+    timed: SqlStore, clock: Clock, write: str, batched: bool
 ) -> None:
+    """In a batch (a group commit) a checkpoint's fence is checked at the batch's end."""
     plan = make_plan("s1", "s2")
     stale = timed.create_run(new_run(), owner="host:1:a", ttl=30)
     timed.save_plan(RunId("r1"), plan, events=[], lease=stale)
@@ -532,7 +535,8 @@ def test_a_fenced_write_from_a_stale_epoch_raises_and_writes_nothing(
         match=r"run 'r1' is no longer held by 'host:1:a' \(epoch 1\): 'host:2:b' took it over "
         r"at epoch 2 after that lease expired; this process stopped without writing",
     ) as lost:
-        _stale_writes(plan)[write](timed, stale)
+        with timed.batch(durable=False) if batched else nullcontext():
+            _stale_writes(plan)[write](timed, stale)
     assert (lost.value.owner, lost.value.epoch) == ("host:2:b", 2)
     after = [count(timed, table) for table in tables], timed.load_run(RunId("r1")).to_dict()
     assert after == before

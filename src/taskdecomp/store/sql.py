@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -107,6 +107,8 @@ _INSERT_NEW_RUN = {
 }
 """A run's row unless its id is taken (then no row is inserted, and the driver's row count
 says 0): one statement, no lookup first."""
+_NO_WAIT = Prepared(text("SET LOCAL synchronous_commit TO OFF"))
+"""A PostgreSQL transaction's commit that does not wait for the disk."""
 _INSERT_ATTEMPT = insert(schema.attempts)
 _INSERT_PLAN = Prepared(insert(schema.plans))
 _FENCED_PLAN = Prepared(leases.fenced_insert(schema.plans))
@@ -316,14 +318,16 @@ class SqlStore:
         self._written.runs = set()
         with self._errors(), engine.begin() as conn:
             if not durable and self.dialect == "postgresql":
-                conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
-            self._batch.conn, self._batch.rows = conn, {}
+                _NO_WAIT(conn, {})
+            self._batch.conn, self._batch.rows, self._batch.touches = conn, {}, {}
             try:
                 yield
+                for touch, lease, now in self._batch.touches.values():
+                    self._touch_now(conn, touch, lease, now=now)
                 for table, pending in self._batch.rows.items():
                     self._insert(conn, table, pending)
             finally:
-                self._batch.conn = self._batch.rows = None
+                self._batch.conn = self._batch.rows = self._batch.touches = None
         self._committed(durable=durable)
 
     def _committed(self, *, durable: bool) -> None:
@@ -634,7 +638,21 @@ class SqlStore:
     def _touch(
         self, conn: Connection, touch: dict[str, Any], lease: Lease | None, *, now: float
     ) -> None:
-        """Update the run's usage; with a ``lease``, that update is the fence."""
+        """Update the run's usage; with a ``lease``, that update is the fence.
+
+        In a batch it waits for the batch's end, where only the run's last one is made (a
+        fence checked at the end of a transaction holds for all of it), or none when the
+        run's end, which sets its usage under the same fence, comes in the same batch.
+        """
+        touches: dict[Hashable, Any] | None = getattr(self._batch, "touches", None)
+        if touches is None:
+            self._touch_now(conn, touch, lease, now=now)
+        else:
+            touches[_touch_key(touch["b_key"], lease)] = (touch, lease, now)
+
+    def _touch_now(
+        self, conn: Connection, touch: dict[str, Any], lease: Lease | None, *, now: float
+    ) -> None:
         if lease is None:
             _TOUCH_RUN(conn, touch)
         else:
@@ -663,8 +681,11 @@ class SqlStore:
         params = {f"v_{name}": value for name, value in values.items()}
         if lease is not None:
             params |= leases.params(lease, now=now)
-        params["b_key"] = rows.key(run_id)
+        params["b_key"] = key = rows.key(run_id)
         with self.write() as conn:
+            touches: dict[Hashable, Any] | None = getattr(self._batch, "touches", None)
+            if touches:  # this update sets the usage a checkpoint left to the batch's end
+                touches.pop(_touch_key(key, lease), None)
             finished = statement(conn, params)
             if lease is not None:
                 leases.held(conn, finished, lease)
@@ -870,6 +891,11 @@ class SqlStore:
         if runs and self.dialect == "postgresql":
             _NOTIFY(conn, {"run_ids": sorted(runs)})
         written |= runs
+
+
+def _touch_key(key: str, lease: Lease | None) -> Hashable:
+    """Which usage updates a later one of the same batch replaces: one run, one lease."""
+    return (key, None) if lease is None else (key, lease.owner, lease.epoch)
 
 
 def _sqlite_sync(options: Mapping[str, Any]) -> str:
