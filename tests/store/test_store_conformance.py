@@ -530,13 +530,15 @@ def test_a_fenced_write_from_a_stale_epoch_raises_and_writes_nothing(
     current = timed.acquire_lease(RunId("r1"), owner="host:2:b", ttl=30)
     tables = (schema.plans, schema.steps, schema.attempts, schema.events)
     before = [count(timed, table) for table in tables], timed.load_run(RunId("r1")).to_dict()
-    with pytest.raises(
-        LeaseLostError,
-        match=r"run 'r1' is no longer held by 'host:1:a' \(epoch 1\): 'host:2:b' took it over "
-        r"at epoch 2 after that lease expired; this process stopped without writing",
-    ) as lost:
-        with timed.batch(durable=False) if batched else nullcontext():
-            _stale_writes(plan)[write](timed, stale)
+    with (
+        pytest.raises(
+            LeaseLostError,
+            match=r"run 'r1' is no longer held by 'host:1:a' \(epoch 1\): 'host:2:b' took it over "
+            r"at epoch 2 after that lease expired; this process stopped without writing",
+        ) as lost,
+        timed.batch(durable=False) if batched else nullcontext(),
+    ):
+        _stale_writes(plan)[write](timed, stale)
     assert (lost.value.owner, lost.value.epoch) == ("host:2:b", 2)
     after = [count(timed, table) for table in tables], timed.load_run(RunId("r1")).to_dict()
     assert after == before

@@ -1,0 +1,40 @@
+"""What a stored event keeps: one entry per event type, the same fields as before."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+from taskdecomp import eventrecords
+from taskdecomp.eventrecords import MAX_STORED_ERROR_CHARS, event_data
+from taskdecomp.events import Event, ModelCalled, NodeFinished, RunStarted
+from taskdecomp.run import RunId
+
+
+def test_every_event_type_has_a_record() -> None:
+    assert set(eventrecords._DATA) == set(get_args(Event))
+
+
+def test_a_record_keeps_its_fields() -> None:
+    run = RunId("r")
+    assert event_data(RunStarted(run_id=run, goal="g")) == {}
+    called = ModelCalled(
+        run_id=run, phase="plan", ok=True, tokens_in=3, tokens_out=4, seconds=0.1234567
+    )
+    assert event_data(called) == {
+        "phase": "plan",
+        "ok": True,
+        "tokens_in": 3,
+        "tokens_out": 4,
+        "seconds": 0.123457,
+    }
+    estimated = ModelCalled(
+        run_id=run, phase="plan", ok=True, tokens_in=3, tokens_out=4, seconds=1, estimated=True
+    )
+    assert event_data(estimated)["estimated"] is True
+
+
+def test_a_long_error_is_cut() -> None:
+    long = "x" * (MAX_STORED_ERROR_CHARS + 5)
+    finished = NodeFinished(run_id=RunId("r"), node_id=1, status="failed", result=long, reason=long)
+    data = event_data(finished)
+    assert data["result"] == data["error"] == "x" * MAX_STORED_ERROR_CHARS + " [cut]"
