@@ -34,18 +34,21 @@ class _Compiled:
     sql: str
     names: tuple[str, ...]
     """The parameters' names, in the order a positional driver takes them."""
-    converts: tuple[tuple[str, _Convert], ...]
-    """The parameters SQLAlchemy converts for the driver (SQLite's floats), with how."""
+    converts: tuple[_Convert | None, ...]
+    """How SQLAlchemy converts each of them for the driver (SQLite's floats); ``None``: not."""
     named: bool
     """Whether the driver takes them by name."""
 
     def values(self, params: Mapping[str, Any]) -> Any:
         """``params`` as the driver takes them, converted as SQLAlchemy would."""
-        if self.converts:
-            params = {**params, **{name: to(params[name]) for name, to in self.converts}}
+        names = self.names
+        if any(self.converts):
+            pairs = zip(names, self.converts, strict=True)
+            converted = [params[n] if to is None else to(params[n]) for n, to in pairs]
+            return dict(zip(names, converted, strict=True)) if self.named else tuple(converted)
         if self.named:
-            return {name: params[name] for name in self.names}
-        return tuple([params[name] for name in self.names])
+            return {name: params[name] for name in names}
+        return tuple([params[name] for name in names])
 
 
 class Prepared:
@@ -148,12 +151,15 @@ def _compile(
     assert isinstance(compiled, SQLCompiler)
     if compiled.escaped_bind_names or dialect.paramstyle not in ("qmark", "pyformat"):
         return None
-    converts = []
-    for name, bind in compiled.binds.items():
-        convert = bind.type.dialect_impl(dialect).bind_processor(dialect)
-        if convert is not None:
-            converts.append((name, convert))
     named = dialect.paramstyle == "pyformat"
-    names = compiled.bind_names.values() if named else compiled.positiontup
-    assert names is not None
-    return _Compiled(sql=compiled.string, names=tuple(names), converts=tuple(converts), named=named)
+    names = tuple(compiled.bind_names.values() if named else compiled.positiontup or ())
+    converts = {
+        name: bind.type.dialect_impl(dialect).bind_processor(dialect)
+        for name, bind in compiled.binds.items()
+    }
+    return _Compiled(
+        sql=compiled.string,
+        names=names,
+        converts=tuple(converts.get(name) for name in names),
+        named=named,
+    )
