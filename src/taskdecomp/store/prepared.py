@@ -110,6 +110,19 @@ class Prepared:
             return compiled
 
 
+def execute(conn: Connection, sql: str) -> None:
+    """Execute ``sql`` (no parameters) on the driver, in ``conn``'s transaction.
+
+    Raises:
+        sqlalchemy.exc.DBAPIError: the database refused it, as ``conn.exec_driver_sql``
+            would raise it.
+    """
+    try:
+        cursor(conn).execute(sql)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _as_sqlalchemy(conn, sql, (), exc) from exc
+
+
 _CURSOR = "taskdecomp_cursor"
 
 

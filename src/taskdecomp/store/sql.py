@@ -54,7 +54,7 @@ from taskdecomp.budget import Usage
 from taskdecomp.errors import StoreConfigError, StoreError
 from taskdecomp.plan import Plan
 from taskdecomp.run import HistoryEntry, RunId, RunResult
-from taskdecomp.store import bulk, leases, listing, reads, rows, schema
+from taskdecomp.store import bulk, leases, listing, prepared, reads, rows, schema
 from taskdecomp.store import queue as queues
 from taskdecomp.store.base import (
     DEFAULT_LEASE_SECONDS,
@@ -273,9 +273,9 @@ class SqlStore:
             sync = _sqlite_sync(options)
             if begin != "BEGIN" and conn.info.get(_SYNC) != sync:
                 # a write: say how hard its commit must wait for the disk, when that changes
-                conn.exec_driver_sql(f"PRAGMA synchronous={sync}")
+                prepared.execute(conn, f"PRAGMA synchronous={sync}")
                 conn.info[_SYNC] = sync
-            conn.exec_driver_sql(begin)
+            prepared.execute(conn, begin)  # on the driver: SQLAlchemy's execution costs more
 
         return engine
 
