@@ -79,7 +79,13 @@ class Budget:
 
 def _fields_of(value: Budget | Usage) -> dict[str, Any]:
     """A flat dataclass's fields by name, without :func:`dataclasses.asdict`'s deep copy."""
-    return {spec.name: getattr(value, spec.name) for spec in fields(value)}
+    names = _NAMES.get(type(value))
+    if names is None:  # looked up once a type: a stored run copies its usage often
+        names = _NAMES[type(value)] = tuple(spec.name for spec in fields(value))
+    return {name: getattr(value, name) for name in names}
+
+
+_NAMES: dict[type[Any], tuple[str, ...]] = {}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
