@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import get_args
+
+import pytest
 
 from taskdecomp import eventrecords
 from taskdecomp.eventrecords import MAX_STORED_ERROR_CHARS, event_data
@@ -31,6 +34,16 @@ def test_a_record_keeps_its_fields() -> None:
         run_id=run, phase="plan", ok=True, tokens_in=3, tokens_out=4, seconds=1, estimated=True
     )
     assert event_data(estimated)["estimated"] is True
+
+
+def test_a_subclass_of_an_event_keeps_what_its_type_keeps() -> None:
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Started(RunStarted):
+        note: str = ""
+
+    assert event_data(Started(run_id=RunId("r"), goal="g", note="n")) == {}
+    with pytest.raises(TypeError, match="not an event: object"):
+        event_data(object())  # type: ignore[arg-type]
 
 
 def test_a_long_error_is_cut() -> None:

@@ -36,8 +36,18 @@ MAX_STORED_ERROR_CHARS = 100_000
 
 
 def event_data(event: Event) -> Mapping[str, Any]:
-    """The JSON fields a stored record of ``event`` keeps."""
-    return _DATA[type(event)](event)
+    """The JSON fields a stored record of ``event`` keeps.
+
+    Raises:
+        TypeError: ``event`` is not an :data:`~taskdecomp.events.Event` (nor a subclass of one).
+    """
+    fields = _DATA.get(type(event))
+    if fields is None:  # a subclass of an event type
+        kinds = (kind for kind in type(event).__mro__ if kind in _DATA)
+        fields = _DATA.get(next(kinds, object))
+        if fields is None:
+            raise TypeError(f"not an event: {type(event).__name__}")
+    return fields(event)
 
 
 def _model_called(event: ModelCalled) -> Mapping[str, Any]:
