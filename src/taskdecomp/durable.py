@@ -196,9 +196,8 @@ class _Heartbeat:
         journal = self._journal
         try:
             journal.renew()
-        except Exception:  # renew() handles the store's errors: this is a bug; stop beating
-            logger.exception("the lease heartbeat of run %r stopped", journal.run_id)
-            return
+        except Exception:  # renew() handles the store's errors: a bug, logged; beat on
+            logger.exception("the lease heartbeat of run %r failed", journal.run_id)
         if journal.beating:
             self._timer = self._loop.call_later(journal.lease.ttl / 3, self._beat)
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from sqlalchemy import select
 
 from taskdecomp.errors import StoreError
 from taskdecomp.run import RunId
-from taskdecomp.store import SqlStore, schema
+from taskdecomp.store import SqlStore, open_store, schema
 from taskdecomp.store.base import NewRun
 from taskdecomp.store.bulk import COPY_FROM_ROWS, insert_rows
+from tests.store.conftest import pg_base_url
 
 
 @pytest.fixture
@@ -57,3 +59,22 @@ def test_a_refused_row_is_refused_as_an_insert_is_and_the_transaction_keeps_noth
     with store.read() as conn:
         assert conn.execute(select(schema.events.c.id)).all() == []
         assert conn.execute(select(schema.steps.c.step_id)).all() == []
+
+
+def test_a_connection_lost_during_copy_is_the_servers_error_and_the_next_write_reconnects(
+    pg_url: str,
+) -> None:
+    store = open_store(pg_url)
+    try:
+        store.create_run(NewRun(run_id=RunId("r"), goal="g", model=None, tools=None, config={}))
+        with pytest.raises(StoreError, match="administrator command"), store.write() as conn:
+            backend = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            with psycopg.connect(pg_base_url(), autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+            insert_rows(conn, schema.events, [event(n) for n in range(COPY_FROM_ROWS + 1)])
+        with store.write() as conn:  # a new connection
+            insert_rows(conn, schema.events, [event(n) for n in range(COPY_FROM_ROWS + 1)])
+        with store.read() as conn:
+            assert len(conn.execute(select(schema.events.c.id)).all()) == COPY_FROM_ROWS + 1
+    finally:
+        store.close()

@@ -545,6 +545,40 @@ def test_a_fenced_write_from_a_stale_epoch_raises_and_writes_nothing(
     assert holder(timed) == current
 
 
+@pytest.mark.parametrize("state", [None, {"turns": 1}], ids=["rows only", "with a state"])
+def test_in_a_batch_a_stale_checkpoint_that_updates_rows_is_fenced_before_it_does(
+    timed: SqlStore, clock: Clock, state: dict[str, Any] | None
+) -> None:
+    """Only a checkpoint that inserts rows leaves its fence to the batch's end.
+
+    One that updates the run's row too (its strategy state) is fenced first: a process that
+    lost the run must not lock the new owner's rows until its batch ends.
+    """
+    plan = make_plan("s1")
+    stale = timed.create_run(new_run(), owner="host:1:a", ttl=30)
+    clock.at = 1031.0
+    timed.acquire_lease(RunId("r1"), owner="host:2:b", ttl=30)
+    late = Checkpoint(
+        attempt=start("s1", 1),
+        attempt_id=None,
+        state="ok",
+        trace=trace("s1", 1),
+        history=HistoryEntry(step_no=1, plan_step=plan.steps[0], observation="late"),
+        usage=Usage(tool_calls=1),
+        events=[EventRecord(kind="StepFinished", at=1.0, data={})],
+        strategy_state=state,
+    )
+    raised_at_the_write = False
+    with pytest.raises(LeaseLostError), timed.batch(durable=False):
+        try:
+            timed.checkpoint(RunId("r1"), late, lease=stale)
+        except LeaseLostError:
+            raised_at_the_write = True
+            raise
+    assert raised_at_the_write == (state is not None)
+    assert count(timed, schema.steps) == count(timed, schema.attempts) == 0
+
+
 def test_the_current_owner_writes_through_the_fence(timed: SqlStore) -> None:
     plan = make_plan("s1", "s2")
     lease = timed.create_run(new_run(), owner="a", ttl=30)

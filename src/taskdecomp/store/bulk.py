@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Table, insert
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql.compiler import IdentifierPreparer
 
 from taskdecomp.store import prepared
@@ -54,9 +53,7 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
             for row in rows:
                 copy.write_row([row[name] for name in columns])
     except psycopg.Error as exc:
-        raise sa_exc.DBAPIError.instance(
-            statement, None, exc, psycopg.Error, dialect=conn.dialect
-        ) from exc
+        raise prepared.as_sqlalchemy(conn, statement, None, exc) from exc
 
 
 @functools.lru_cache(maxsize=64)

@@ -11,7 +11,11 @@ up); the transaction is rolled back and :class:`~taskdecomp.errors.LeaseLostErro
 The ``UPDATE`` is also what makes the fence safe on PostgreSQL: it locks the run's row, so a
 take-over (an ``UPDATE`` of the same row) waits for a fenced write to commit, or the write,
 re-checking its ``WHERE`` on the row the take-over left, updates nothing. SQLite serializes
-writers (``BEGIN IMMEDIATE``) anyway.
+writers (``BEGIN IMMEDIATE``) anyway. A write that inserts rows (a plan, an intent) selects
+them from the run's row under the fence (:func:`fenced_insert`). In a group commit a
+checkpoint that only inserts rows leaves its ``UPDATE`` to the end of the transaction (the
+fence holds for all of it); one that updates anything else is fenced first, so a process
+that lost the run never locks its rows.
 
 Every time is the store's clock (:attr:`SqlStore.now <taskdecomp.store.sql.SqlStore.now>`).
 """
@@ -73,9 +77,11 @@ def fenced_insert(table: Table) -> Insert:
     return insert(table).from_select(columns, values.with_for_update(read=True))
 
 
-def held_by(lease: Lease) -> dict[str, Any]:
-    """The bound values of :data:`HELD` and the run's key, for :func:`fenced_insert`."""
-    return {"b_key": rows.key(lease.run_id), "b_owner": lease.owner, "b_epoch": lease.epoch}
+def fenced_values(row: dict[str, Any], lease: Lease) -> dict[str, Any]:
+    """The bound values of :func:`fenced_insert` for ``row`` under ``lease``."""
+    values = {f"v_{name}": value for name, value in row.items()}
+    values.update(b_key=rows.key(lease.run_id), b_owner=lease.owner, b_epoch=lease.epoch)
+    return values
 
 
 _FENCED_INTENT = fenced_insert(schema.attempts)
@@ -91,7 +97,7 @@ def insert_intent(conn: Connection, row: dict[str, Any], lease: Lease) -> int:
     Raises:
         LeaseLostError: nothing was inserted: ``lease`` no longer holds the run.
     """
-    values = {f"v_{name}": value for name, value in row.items()} | held_by(lease)
+    values = fenced_values(row, lease)
     if conn.dialect.name == "postgresql":
         attempt_id = conn.execute(_FENCED_INTENT_RETURNING, values).scalar()
     else:

@@ -38,11 +38,13 @@ class _Compiled:
     """How SQLAlchemy converts each of them for the driver (SQLite's floats); ``None``: not."""
     named: bool
     """Whether the driver takes them by name."""
+    converting: bool
+    """Whether any of them is converted."""
 
     def values(self, params: Mapping[str, Any]) -> Any:
         """``params`` as the driver takes them, converted as SQLAlchemy would."""
         names = self.names
-        if any(self.converts):
+        if self.converting:
             pairs = zip(names, self.converts, strict=True)
             converted = [params[n] if to is None else to(params[n]) for n, to in pairs]
             return dict(zip(names, converted, strict=True)) if self.named else tuple(converted)
@@ -76,7 +78,7 @@ class Prepared:
         try:
             return int(cursor(conn).execute(compiled.sql, values).rowcount)
         except conn.dialect.loaded_dbapi.Error as exc:
-            raise _as_sqlalchemy(conn, compiled.sql, values, exc) from exc
+            raise as_sqlalchemy(conn, compiled.sql, values, exc) from exc
 
     def many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         """Execute it once per row of ``rows`` (all naming the same parameters), in one call.
@@ -97,7 +99,7 @@ class Prepared:
         try:
             cursor(conn).executemany(compiled.sql, values)
         except conn.dialect.loaded_dbapi.Error as exc:
-            raise _as_sqlalchemy(conn, compiled.sql, values, exc) from exc
+            raise as_sqlalchemy(conn, compiled.sql, values, exc) from exc
 
     def _compiled_for(self, conn: Connection, params: Mapping[str, Any]) -> _Compiled | None:
         dialect = conn.dialect
@@ -120,7 +122,7 @@ def execute(conn: Connection, sql: str) -> None:
     try:
         cursor(conn).execute(sql)
     except conn.dialect.loaded_dbapi.Error as exc:
-        raise _as_sqlalchemy(conn, sql, (), exc) from exc
+        raise as_sqlalchemy(conn, sql, (), exc) from exc
 
 
 _CURSOR = "taskdecomp_cursor"
@@ -140,7 +142,7 @@ def cursor(conn: Connection) -> Any:
     return kept[1]
 
 
-def _as_sqlalchemy(conn: Connection, sql: str, values: Any, exc: Any) -> sa_exc.StatementError:
+def as_sqlalchemy(conn: Connection, sql: str, values: Any, exc: Any) -> sa_exc.StatementError:
     """The SQLAlchemy error ``conn.execute`` would have raised for the driver's ``exc``.
 
     A lost connection is dropped, as SQLAlchemy drops it: no rollback is tried on it, so the
@@ -170,9 +172,11 @@ def _compile(
         name: bind.type.dialect_impl(dialect).bind_processor(dialect)
         for name, bind in compiled.binds.items()
     }
+    per_name = tuple(converts.get(name) for name in names)
     return _Compiled(
         sql=compiled.string,
         names=names,
-        converts=tuple(converts.get(name) for name in names),
+        converts=per_name,
         named=named,
+        converting=any(per_name),
     )

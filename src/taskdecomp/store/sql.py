@@ -503,8 +503,7 @@ class SqlStore:
             if lease is None:
                 _INSERT_PLAN(conn, row)
             else:
-                fenced = {f"v_{name}": value for name, value in row.items()}
-                leases.held(conn, _FENCED_PLAN(conn, fenced | leases.held_by(lease)), lease)
+                leases.held(conn, _FENCED_PLAN(conn, leases.fenced_values(row, lease)), lease)
             self._events(conn, run_id, events)
 
     def record_intent(
@@ -533,7 +532,8 @@ class SqlStore:
 
         Everything is encoded before the transaction starts, so a value the store refuses
         raises :class:`~taskdecomp.errors.StoreValueError` with nothing written. The run's
-        row is updated first: with a ``lease``, that update is the fence.
+        row's update is the fence (with a ``lease``): made first when the write updates
+        anything else, else at the end of the batch it is in (see :meth:`_touch`).
 
         Raises:
             LeaseLostError: ``lease`` no longer holds the run.
@@ -573,7 +573,7 @@ class SqlStore:
         state = encode_json(dict(states[-1]), what="the run's strategy state") if states else None
         touch = {"b_key": key, "b_usage": rows.usage(checkpoints[-1].usage), "b_now": now}
         with self.write() as conn:
-            self._touch(conn, touch, lease, now=now)
+            self._touch(conn, touch, lease, now=now, later=not ended and state is None)
             self._rows(conn, schema.attempts, inserted)
             if ended:
                 conn.execute(_END_ATTEMPT, ended)
@@ -600,7 +600,7 @@ class SqlStore:
         step_row = rows.step(run_id, entry, now=now)
         touch = {"b_key": rows.key(run_id), "b_usage": rows.usage(usage), "b_now": now}
         with self.write() as conn:
-            self._touch(conn, touch, lease, now=now)
+            self._touch(conn, touch, lease, now=now, later=True)
             self._rows(conn, schema.steps, [step_row])
             self._events(conn, run_id, events)
 
@@ -636,19 +636,32 @@ class SqlStore:
             self._events(conn, run_id, events)
 
     def _touch(
-        self, conn: Connection, touch: dict[str, Any], lease: Lease | None, *, now: float
+        self,
+        conn: Connection,
+        touch: dict[str, Any],
+        lease: Lease | None,
+        *,
+        now: float,
+        later: bool = False,
     ) -> None:
         """Update the run's usage; with a ``lease``, that update is the fence.
 
-        In a batch it waits for the batch's end, where only the run's last one is made (a
-        fence checked at the end of a transaction holds for all of it), or none when the
-        run's end, which sets its usage under the same fence, comes in the same batch.
+        ``later``: the write only inserts rows that wait for the batch's end too. In a batch
+        the update then waits for the batch's end, where only the run's last one is made (a
+        fence checked at the end of a transaction holds for all of it; the rows go in after
+        it), or none when the run's end, which sets its usage under the same fence, comes
+        in the same batch. Otherwise it is made now, before the write updates anything: a
+        process that lost the run must not lock its rows, or it could hold up its new
+        owner, or deadlock with it.
         """
-        touches: dict[Hashable, Any] | None = getattr(self._batch, "touches", None)
-        if touches is None:
-            self._touch_now(conn, touch, lease, now=now)
-        else:
-            touches[_touch_key(touch["b_key"], lease)] = (touch, lease, now)
+        touches = self._pending("touches")
+        key = _touch_key(touch["b_key"], lease)
+        if touches is not None and later:
+            touches[key] = (touch, lease, now)
+            return
+        if touches is not None:
+            touches.pop(key, None)  # this one is later: an earlier one would undo it
+        self._touch_now(conn, touch, lease, now=now)
 
     def _touch_now(
         self, conn: Connection, touch: dict[str, Any], lease: Lease | None, *, now: float
@@ -683,7 +696,7 @@ class SqlStore:
             params |= leases.params(lease, now=now)
         params["b_key"] = key = rows.key(run_id)
         with self.write() as conn:
-            touches: dict[Hashable, Any] | None = getattr(self._batch, "touches", None)
+            touches = self._pending("touches")
             if touches:  # this update sets the usage a checkpoint left to the batch's end
                 touches.pop(_touch_key(key, lease), None)
             finished = statement(conn, params)
@@ -869,7 +882,7 @@ class SqlStore:
         inserted otherwise (an intent, whose id is needed at once) has the waiting rows of
         its table inserted first, so ids keep the order the writes came in.
         """
-        pending: dict[Table, list[dict[str, Any]]] | None = getattr(self._batch, "rows", None)
+        pending = self._pending("rows")
         if pending is None:
             self._insert(conn, table, new)
         elif new:  # inside a batch, ``conn`` is its connection
@@ -877,9 +890,14 @@ class SqlStore:
 
     def _pending_now(self, conn: Connection, table: Table) -> None:
         """Insert the rows of ``table`` that wait for the end of ``conn``'s batch, now."""
-        pending: dict[Table, list[dict[str, Any]]] | None = getattr(self._batch, "rows", None)
+        pending = self._pending("rows")
         if pending and table in pending:
             self._insert(conn, table, pending.pop(table))
+
+    def _pending(self, what: str) -> dict[Any, Any] | None:
+        """What this thread's batch keeps for its end (``rows``, ``touches``); ``None``: none."""
+        pending: dict[Any, Any] | None = getattr(self._batch, what, None)
+        return pending
 
     def _insert(self, conn: Connection, table: Table, new: list[dict[str, Any]]) -> None:
         """Insert ``new`` rows; for events, note their runs for the watchers (and ``NOTIFY``)."""
