@@ -74,32 +74,9 @@ def _plan_revised(event: PlanRevised) -> Mapping[str, Any]:
     return {"iteration": event.iteration, "steps": len(event.plan.steps), "changed": event.changed}
 
 
-def _agent_turn(event: AgentTurn) -> Mapping[str, Any]:
-    return {
-        "step_no": event.step_no,
-        "step_id": event.step_id,
-        "turn": event.turn,
-        "action": event.action,
-        "tool": event.tool,
-    }
-
-
-def _approval_decided(event: ApprovalDecided) -> Mapping[str, Any]:
-    return {
-        "digest": event.digest,
-        "approved": event.approved,
-        "reason": event.reason,
-        "edited": event.edited,
-    }
-
-
-def _node_started(event: NodeStarted) -> Mapping[str, Any]:
-    return {
-        "node_id": event.node_id,
-        "name": event.name,
-        "parent_id": event.parent_id,
-        "leaf": event.leaf,
-    }
+def _picked(*names: str) -> Callable[[Any], Mapping[str, Any]]:
+    """The record of an event type that keeps these fields of the event as they are."""
+    return lambda event: {name: getattr(event, name) for name in names}
 
 
 def _node_finished(event: NodeFinished) -> Mapping[str, Any]:
@@ -115,17 +92,17 @@ def _node_finished(event: NodeFinished) -> Mapping[str, Any]:
 
 _DATA: dict[type[Any], Callable[[Any], Mapping[str, Any]]] = {
     RunStarted: lambda event: {},
-    ModelProgress: lambda e: {"phase": e.phase, "stage": e.stage, "tokens_out": e.tokens_out},
+    ModelProgress: _picked("phase", "stage", "tokens_out"),
     ModelCalled: _model_called,
-    AnswerDelta: lambda event: {"text": event.text, "attempt": event.attempt},
+    AnswerDelta: _picked("text", "attempt"),
     PlanCreated: lambda event: {"steps": len(event.plan.steps)},
     PlanRepaired: _plan_repaired,
     StepStarted: lambda e: {"step_no": e.step_no, "step_id": e.step.id, "tool": e.step.tool},
     StepFinished: lambda event: _short(event.entry.to_dict()),
-    ReplanDecided: lambda event: {"iteration": event.iteration, "kind": event.kind},
+    ReplanDecided: _picked("iteration", "kind"),
     PlanRevised: _plan_revised,
-    AgentTurn: _agent_turn,
-    NodeStarted: _node_started,
+    AgentTurn: _picked("step_no", "step_id", "turn", "action", "tool"),
+    NodeStarted: _picked("node_id", "name", "parent_id", "leaf"),
     NodeFinished: _node_finished,
     NodeDecomposed: lambda e: {
         "node_id": e.node_id,
@@ -133,7 +110,7 @@ _DATA: dict[type[Any], Callable[[Any], Mapping[str, Any]]] = {
         "reason": e.reason,
     },
     ApprovalRequested: lambda e: {"kind": e.request.kind, "digest": e.request.digest},
-    ApprovalDecided: _approval_decided,
+    ApprovalDecided: _picked("digest", "approved", "reason", "edited"),
     RunStopped: lambda e: {"status": e.result.status, "stop_reason": e.result.stop_reason},
 }
 """What each event type's record keeps, looked up by type: an event is recorded many times
