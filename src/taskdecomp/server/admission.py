@@ -11,6 +11,7 @@ another).
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -51,6 +52,9 @@ class Admission:
         self.max_running = max_running
         self.max_queued = max_queued
         self._waiting: OrderedDict[RunId, Waiting] = OrderedDict()
+        self._changing = threading.Lock()
+        """Held while the line changes or is walked: a run view reads a place from a worker
+        thread while the loop adds and withdraws runs."""
         self._running: set[RunId] = set()
         self._reserved = 0
         self._mean_seconds = 1.0
@@ -85,13 +89,15 @@ class Admission:
         """Put a stored run at the end of the line (into room :meth:`reserve` held)."""
         if reserved:
             self._reserved -= 1
-        self._waiting[run.run_id] = run
+        with self._changing:
+            self._waiting[run.run_id] = run
 
     def next(self) -> Waiting | None:
         """The first waiting run, now holding a slot; ``None`` when none is free or waits."""
         if len(self._running) >= self.max_running or not self._waiting:
             return None
-        _run_id, run = self._waiting.popitem(last=False)
+        with self._changing:
+            _run_id, run = self._waiting.popitem(last=False)
         self._running.add(run.run_id)
         return run
 
@@ -103,7 +109,8 @@ class Admission:
 
     def withdraw(self, run_id: RunId) -> Waiting | None:
         """Take ``run_id`` out of the line (it will not start here); ``None`` if not in it."""
-        return self._waiting.pop(run_id, None)
+        with self._changing:
+            return self._waiting.pop(run_id, None)
 
     def holds(self, run_id: RunId) -> bool:
         """Whether ``run_id`` waits in the line."""
@@ -113,16 +120,18 @@ class Admission:
         """``run_id``'s place in the line, 1 for the next to start; ``None`` if not in it."""
         if run_id not in self._waiting:
             return None
-        line = tuple(self._waiting)  # one step of the interpreter: a run view asks from a
-        try:  # worker thread while the loop changes the line
+        with self._changing:  # walking the line is not one step: the collector may run
+            line = tuple(self._waiting)  # Python code (and let the loop go on) within it
+        try:
             return line.index(run_id) + 1
         except ValueError:
             return None  # it left meanwhile
 
     def clear(self) -> list[Waiting]:
         """Empty the line (the server stops); the runs that were in it."""
-        runs = list(self._waiting.values())
-        self._waiting.clear()
+        with self._changing:
+            runs = list(self._waiting.values())
+            self._waiting.clear()
         return runs
 
     def retry_after(self) -> int:
