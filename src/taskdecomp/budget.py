@@ -8,7 +8,7 @@ the moment a limit would be crossed; :class:`Usage` is its frozen snapshot for r
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from taskdecomp import stops
@@ -78,14 +78,11 @@ class Budget:
 
 
 def _fields_of(value: Budget | Usage) -> dict[str, Any]:
-    """A flat dataclass's fields by name, without :func:`dataclasses.asdict`'s deep copy."""
-    names = _NAMES.get(type(value))
-    if names is None:  # looked up once a type: a stored run copies its usage often
-        names = _NAMES[type(value)] = tuple(spec.name for spec in fields(value))
-    return {name: getattr(value, name) for name in names}
+    """A flat dataclass's fields by name, without :func:`dataclasses.asdict`'s deep copy.
 
-
-_NAMES: dict[type[Any], tuple[str, ...]] = {}
+    A slotted dataclass's ``__slots__`` are its field names, kept by the class itself.
+    """
+    return {name: getattr(value, name) for name in value.__slots__}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

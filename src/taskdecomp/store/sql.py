@@ -107,8 +107,6 @@ _INSERT_NEW_RUN = {
 }
 """A run's row unless its id is taken (then no row is inserted, and the driver's row count
 says 0): one statement, no lookup first."""
-_NO_WAIT = Prepared(text("SET LOCAL synchronous_commit TO OFF"))
-"""A PostgreSQL transaction's commit that does not wait for the disk."""
 _INSERT_ATTEMPT = insert(schema.attempts)
 _INSERT_PLAN = Prepared(insert(schema.plans))
 _FENCED_PLAN = Prepared(leases.fenced_insert(schema.plans))
@@ -318,7 +316,7 @@ class SqlStore:
         self._written.runs = set()
         with self._errors(), engine.begin() as conn:
             if not durable and self.dialect == "postgresql":
-                _NO_WAIT(conn, {})
+                prepared.execute(conn, "SET LOCAL synchronous_commit TO OFF")  # no fsync
             self._batch.conn, self._batch.rows, self._batch.touches = conn, {}, {}
             try:
                 yield
