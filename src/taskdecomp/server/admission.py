@@ -118,14 +118,11 @@ class Admission:
 
     def position(self, run_id: RunId) -> int | None:
         """``run_id``'s place in the line, 1 for the next to start; ``None`` if not in it."""
-        if run_id not in self._waiting:
-            return None
         with self._changing:  # walking the line is not one step: the collector may run
-            line = tuple(self._waiting)  # Python code (and let the loop go on) within it
-        try:
-            return line.index(run_id) + 1
-        except ValueError:
-            return None  # it left meanwhile
+            if run_id not in self._waiting:  # Python code (and let the loop go on) within it
+                return None
+            line = tuple(self._waiting)
+        return line.index(run_id) + 1
 
     def clear(self) -> list[Waiting]:
         """Empty the line (the server stops); the runs that were in it."""
