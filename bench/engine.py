@@ -46,7 +46,11 @@
     PostgreSQL (async durability; targets: SQLite at least 0.5x the runs/s in memory,
     PostgreSQL at least 0.4x). Each round runs in fresh processes, for this tree and for
     the commit before this work (``--base``, extracted with ``git archive``), interleaved;
-    best of ``--repeat`` rounds. ``--fixed-cost`` runs this section alone.
+    best of ``--repeat`` rounds. ``--fixed-cost`` runs this section alone. With
+    ``--instructions``, also the instructions a run costs in memory and on SQLite, counted
+    by valgrind's callgrind in both of the process's threads (a count, not a time: the
+    same on a busy machine and an idle one; system calls and the database server's work
+    are not in it).
 """
 
 from __future__ import annotations
@@ -691,6 +695,50 @@ def measure_fixed_cost(pg: str) -> dict[str, float]:
     return figures
 
 
+INSTRUCTION_RUNS = (50, 150)
+"""Runs counted under callgrind after a warm-up; a run's cost is the difference over 100."""
+
+
+def count_runs(kind: str, runs: int) -> None:
+    """``runs`` short runs in this process after a warm-up, for callgrind to count."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(f"sqlite:///{Path(tmp) / 'runs.db'}") if kind == "sqlite" else None
+        try:
+            asyncio.run(_runs_per_second(store, 60))
+            asyncio.run(_runs_per_second(store, runs))
+        finally:
+            if store is not None:
+                store.close()
+
+
+def instructions_per_run() -> dict[str, float] | None:
+    """Instructions a 5-step run costs in memory and on SQLite; ``None`` without valgrind."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    here = str(Path(__file__).resolve())
+    per_run = {}
+    for kind in ("memory", "sqlite"):
+        totals = []
+        for runs in INSTRUCTION_RUNS:
+            done = subprocess.run(
+                [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                 sys.executable, here, "--count-runs", kind, str(runs)],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            collected = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
+            if collected is None:
+                raise SystemExit(f"callgrind printed no count:\n{done.stderr[-2000:]}")
+            totals.append(int(collected[1]))
+        per_run[kind] = (totals[1] - totals[0]) / (INSTRUCTION_RUNS[1] - INSTRUCTION_RUNS[0])
+    return per_run
+
+
 def _base_tree(commit: str, into: Path) -> Path | None:
     """The ``src`` folder of ``commit``, extracted into ``into``; ``None`` if git cannot."""
     import subprocess
@@ -761,6 +809,17 @@ def _print_fixed_cost(args: argparse.Namespace) -> None:
             f"{figures.get('postgresql', float('nan')):>7.0f} {pg_ratio:>6.2f}  "
             f"{'ok' if ok else 'MISS'}"
         )
+    if not args.instructions:
+        return
+    counted = instructions_per_run()
+    if counted is None:
+        print("instructions a run: valgrind is not installed")
+        return
+    memory, sqlite = counted["memory"], counted["sqlite"]
+    print(
+        f"instructions a run (callgrind, both threads, now): memory {memory / 1e6:.2f} M, "
+        f"sqlite {sqlite / 1e6:.2f} M, x mem {memory / sqlite:.2f}"
+    )
 
 
 def main() -> None:
@@ -770,8 +829,15 @@ def main() -> None:
     parser.add_argument("--pg", default=default_pg, help="PostgreSQL URL for (c) ('' to skip)")
     parser.add_argument("--base", default=BASE_COMMIT, help="commit (i) compares with")
     parser.add_argument("--fixed-cost", action="store_true", help="run (i) alone")
+    parser.add_argument(
+        "--instructions", action="store_true", help="(i): also count instructions a run"
+    )
     parser.add_argument("--measure-fixed-cost", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--count-runs", nargs=2, metavar=("STORE", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.count_runs:  # one count of (i) --instructions, under callgrind
+        count_runs(args.count_runs[0], int(args.count_runs[1]))
+        return
     if args.measure_fixed_cost:  # one round of (i), in a process of its own
         print(json.dumps(measure_fixed_cost(args.pg)))
         return
