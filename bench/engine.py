@@ -59,7 +59,11 @@ import argparse
 import asyncio
 import json
 import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -492,8 +496,6 @@ GLUE_BASELINE_S = 3.5
 
 
 def mcp_rows(repeat: int) -> list[tuple[str, str, str]]:
-    import sys
-
     from taskdecomp import MCPServer
     from taskdecomp.toolsets.mcp_client import HOST
 
@@ -713,11 +715,6 @@ def count_runs(kind: str, runs: int) -> None:
 
 def instructions_per_run() -> dict[str, float] | None:
     """Instructions a 5-step run costs in memory and on SQLite; ``None`` without valgrind."""
-    import re
-    import shutil
-    import subprocess
-    import sys
-
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         return None
@@ -741,8 +738,6 @@ def instructions_per_run() -> dict[str, float] | None:
 
 def _base_tree(commit: str, into: Path) -> Path | None:
     """The ``src`` folder of ``commit``, extracted into ``into``; ``None`` if git cannot."""
-    import subprocess
-
     here = Path(__file__).resolve().parent.parent
     archive = subprocess.run(
         ["git", "-C", str(here), "archive", commit, "src"], capture_output=True, check=False
@@ -755,9 +750,6 @@ def _base_tree(commit: str, into: Path) -> Path | None:
 
 def fixed_cost_rows(repeat: int, pg: str, base: str) -> list[tuple[str, dict[str, float]]]:
     """(i) for the commit ``base`` and this tree, each round in fresh processes, interleaved."""
-    import subprocess
-    import sys
-
     here = Path(__file__).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         trees = {f"before ({base})": _base_tree(base, Path(tmp)) if base else None}
