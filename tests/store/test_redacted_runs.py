@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from taskdecomp import run_sync
 from taskdecomp.redact import REDACTED
 from taskdecomp.store import open_store
-from taskdecomp.store.sql import normalize_url
+from taskdecomp.store.connect import normalize_url
 from tests.test_redaction import ANSWER_GOAL, ERROR_GOAL, LEAKY_TOOLS, leaky_script, new_secret
 
 

@@ -23,7 +23,8 @@ from taskdecomp.store.base import (
     StoredRun,
 )
 from taskdecomp.store.codec import MAX_STORED_CHARS
-from taskdecomp.store.sql import SqlStore, normalize_url, open_store
+from taskdecomp.store.connect import normalize_url
+from taskdecomp.store.sql import SqlStore, open_store
 
 __all__ = [
     "AttemptRecord",

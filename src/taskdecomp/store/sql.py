@@ -1,17 +1,10 @@
 """The SQLAlchemy Core store, for SQLite files and PostgreSQL.
 
-SQLite runs in WAL mode with ``synchronous=FULL`` (a committed checkpoint survives a power
-cut), ``foreign_keys=ON`` and a busy timeout. A :meth:`SqlStore.batch` that need not be durable
-commits with ``synchronous=NORMAL`` (PostgreSQL: ``synchronous_commit = off``): it survives the
-process being killed, and the next durable commit (which syncs the whole write-ahead log) makes
-it survive a power cut too. Python's ``sqlite3`` driver is told to leave
-transactions alone and SQLAlchemy emits ``BEGIN IMMEDIATE`` for every write transaction
-(plain ``BEGIN`` for reads), the recipe SQLAlchemy documents for the pysqlite driver; so a
-writer takes the lock up front and never fails half-way on a lock upgrade.
-
-PostgreSQL is reached through psycopg 3; a plain ``postgresql://`` URL is read as
-``postgresql+psycopg://``. Driver errors become :class:`~taskdecomp.errors.StoreError`
-with a message that names the database (never its password) and says what to check.
+How the database is reached (the URL, the engine and its SQLite settings, what a driver's
+error means) is :mod:`taskdecomp.store.connect`. A :meth:`SqlStore.batch` that need not be
+durable commits without waiting for the disk (SQLite ``synchronous=NORMAL``, PostgreSQL
+``synchronous_commit = off``): it survives the process being killed, and the next durable
+commit (which syncs the whole write-ahead log) makes it survive a power cut too.
 
 A commit that stores a run's events tells whoever follows the run: the callbacks given to
 :meth:`SqlStore.watch` in this process, and on PostgreSQL every process that listens on
@@ -27,34 +20,25 @@ import time
 from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, overload
 
 from sqlalchemy import (
-    URL,
     Connection,
-    Engine,
     Table,
     bindparam,
-    create_engine,
     delete,
-    event,
     insert,
-    make_url,
     text,
     update,
 )
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.pool import ConnectionPoolEntry
 
 from taskdecomp.budget import Usage
 from taskdecomp.errors import StoreConfigError, StoreError
 from taskdecomp.plan import Plan
 from taskdecomp.run import HistoryEntry, RunId, RunResult
-from taskdecomp.store import bulk, leases, listing, prepared, reads, rows, schema
+from taskdecomp.store import bulk, connect, leases, listing, prepared, reads, rows, schema
 from taskdecomp.store import queue as queues
 from taskdecomp.store.base import (
     DEFAULT_LEASE_SECONDS,
@@ -68,18 +52,10 @@ from taskdecomp.store.base import (
     StoredRun,
 )
 from taskdecomp.store.codec import encode_json
+from taskdecomp.store.connect import DEFAULT_BUSY_TIMEOUT, normalize_url
 from taskdecomp.store.listing import RunKey, RunPage
 from taskdecomp.store.prepared import Prepared
 from taskdecomp.store.reads import EventPage
-
-_BEGIN = "taskdecomp_sqlite_begin"
-"""Execution option naming the statement that starts a SQLite transaction."""
-
-_LAZY = "taskdecomp_lazy_commit"
-"""Execution option: this write transaction need not be durable when it commits."""
-
-_SYNC = "taskdecomp_sqlite_synchronous"
-"""Key in a SQLite connection's info: the ``synchronous`` setting it has now."""
 
 EVENTS_CHANNEL = "taskdecomp_events"
 """The PostgreSQL channel a commit that stores a run's events notifies; the payload is the
@@ -95,9 +71,6 @@ _NOTIFY = Prepared(
 
 Watcher = Callable[[frozenset[str]], object]
 """Told the ids of the runs whose events a commit stored, on the committing thread."""
-
-DEFAULT_BUSY_TIMEOUT = 5.0
-"""Seconds a SQLite writer waits for another process's lock before giving up."""
 
 # The checkpoint's statements, built once: values travel as parameters, so a checkpoint
 # spends its time in the database, not in building SQL expressions.
@@ -148,31 +121,6 @@ def _finish(columns: tuple[str, ...], *, fenced: bool) -> Prepared:
     return Prepared(statement.where(*leases.HELD) if fenced else statement)
 
 
-def normalize_url(url: str) -> URL:
-    """Parse a database URL or a SQLite file path; ``postgresql://`` gets the psycopg driver.
-
-    Raises:
-        StoreError: the URL does not parse or names an unsupported database.
-    """
-    if "://" not in url:
-        return URL.create("sqlite", database=str(Path(url).expanduser()))
-    try:
-        parsed = make_url(url)
-    except sa_exc.ArgumentError as exc:
-        raise StoreConfigError(f"database URL {url!r} does not parse: {exc}") from exc
-    backend = parsed.get_backend_name()
-    if backend in ("postgresql", "postgres"):
-        if parsed.drivername in ("postgresql", "postgres"):
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        return parsed
-    if backend == "sqlite":
-        return parsed
-    raise StoreConfigError(
-        f"unsupported database {parsed.render_as_string(hide_password=True)!r}; use "
-        "sqlite:///PATH (or a file path) or postgresql://user@host/dbname"
-    )
-
-
 class SqlStore:
     """A :class:`~taskdecomp.store.base.Store` on SQLite or PostgreSQL.
 
@@ -199,13 +147,13 @@ class SqlStore:
         self._busy_timeout = busy_timeout
         self.now = now
         """The wall clock stored times come from."""
-        self._engine = self._create_engine()
-        self._reader = self._engine.execution_options(**{_BEGIN: "BEGIN"})
+        self._engine = connect.engine(self.url, name=self.name, busy_timeout=busy_timeout)
+        self._reader = self._engine.execution_options(**{connect.BEGIN: "BEGIN"})
         if self._engine.dialect.name == "postgresql":
             # One snapshot for a whole read: a run read while its writer commits must not
             # see a step's result from after the plan it read.
             self._reader = self._reader.execution_options(isolation_level="REPEATABLE READ")
-        self._lazy = self._engine.execution_options(**{_LAZY: True})
+        self._lazy = self._engine.execution_options(**{connect.LAZY: True})
         self._batch = threading.local()
         self._written = threading.local()  # .runs: ids of the runs this transaction adds events to
         self._watchers: list[Watcher] = []
@@ -228,55 +176,6 @@ class SqlStore:
         """``sqlite`` or ``postgresql``."""
         return self._engine.dialect.name
 
-    def _create_engine(self) -> Engine:
-        try:
-            if self.url.get_backend_name() == "sqlite":
-                return self._sqlite_engine()
-            return create_engine(self.url, connect_args={"connect_timeout": 10})
-        except (sa_exc.NoSuchModuleError, ImportError) as exc:
-            raise StoreConfigError(
-                f"no driver for {self.name!r} ({exc}); PostgreSQL needs psycopg: "
-                "pip install 'psycopg[binary]'"
-            ) from exc
-
-    def _sqlite_engine(self) -> Engine:
-        database = self.url.database
-        if database and database != ":memory:" and not database.startswith("file:"):
-            folder = Path(database).expanduser().parent
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:  # a file on the way, no permission, read-only disk
-                raise StoreConfigError(
-                    f"cannot create the folder {str(folder)!r} for the SQLite store "
-                    f"{database!r}: {exc.strerror or exc}; pick a --db path whose folders "
-                    "can be created"
-                ) from exc
-        engine = create_engine(self.url, connect_args={"timeout": self._busy_timeout})
-        busy_ms = int(self._busy_timeout * 1000)
-
-        @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn: DBAPIConnection, record: ConnectionPoolEntry) -> None:
-            dbapi_conn.isolation_level = None  # sqlite3: let SQLAlchemy emit BEGIN
-            cursor = dbapi_conn.cursor()
-            for pragma in ("journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON"):
-                cursor.execute(f"PRAGMA {pragma}")
-            record.info[_SYNC] = "FULL"
-            cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
-            cursor.close()
-
-        @event.listens_for(engine, "begin")
-        def _on_begin(conn: Connection) -> None:
-            options = conn.get_execution_options()
-            begin = options.get(_BEGIN, "BEGIN IMMEDIATE")
-            sync = _sqlite_sync(options)
-            if begin != "BEGIN" and conn.info.get(_SYNC) != sync:
-                # a write: say how hard its commit must wait for the disk, when that changes
-                prepared.execute(conn, f"PRAGMA synchronous={sync}")
-                conn.info[_SYNC] = sync
-            prepared.execute(conn, begin)  # on the driver: SQLAlchemy's execution costs more
-
-        return engine
-
     def _migrate(self) -> None:
         """Apply pending migrations; an up-to-date store is only read, never locked."""
         with self.read() as conn:
@@ -296,7 +195,7 @@ class SqlStore:
             yield batch
             return
         self._written.runs = set()
-        with self._errors(), self._engine.begin() as conn:
+        with connect.driver_errors(self.name, self._busy_timeout), self._engine.begin() as conn:
             yield conn
         self._committed(durable=True)
 
@@ -314,7 +213,7 @@ class SqlStore:
             raise RuntimeError("store batches do not nest")
         engine = self._engine if durable else self._lazy
         self._written.runs = set()
-        with self._errors(), engine.begin() as conn:
+        with connect.driver_errors(self.name, self._busy_timeout), engine.begin() as conn:
             if not durable and self.dialect == "postgresql":
                 prepared.execute(conn, "SET LOCAL synchronous_commit TO OFF")  # no fsync
             self._batch.conn, self._batch.rows, self._batch.touches = conn, {}, {}
@@ -356,46 +255,8 @@ class SqlStore:
         ``REPEATABLE READ`` on PostgreSQL, where only reads are safe from serialization
         failures: nothing may write through it.
         """
-        with self._errors(), self._reader.begin() as conn:
+        with connect.driver_errors(self.name, self._busy_timeout), self._reader.begin() as conn:
             yield conn
-
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except sa_exc.IntegrityError as exc:
-            raise StoreError(f"the store {self.name!r} refused a write: {_first(exc)}") from exc
-        except sa_exc.DBAPIError as exc:
-            raise self._explain(exc) from exc
-
-    def _explain(self, exc: sa_exc.DBAPIError) -> StoreError:
-        """The error to raise for a driver's: a path to fix, or a failure at run time."""
-        problem = _first(exc)
-        lowered = problem.lower()
-        if "locked" in lowered or "busy" in lowered:
-            return StoreError(
-                f"the store {self.name!r} is locked by another process (waited "
-                f"{self._busy_timeout:g}s); retry when it is done, or use another --db"
-            )
-        if "not a database" in lowered or "malformed" in lowered:
-            return StoreConfigError(
-                f"{self.name!r} is not a usable SQLite database ({problem}); use another --db"
-            )
-        if "unable to open" in lowered:
-            return StoreConfigError(
-                f"cannot open the SQLite store {self.name!r} ({problem}); check the path"
-            )
-        if _named_wrong(exc, lowered):
-            return StoreConfigError(
-                f"cannot use the database {self.name!r}: {problem}; check --db or "
-                "TASKDECOMP_DATABASE_URL"
-            )
-        if exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError):
-            return StoreError(
-                f"cannot use the database {self.name!r}: {problem}; check --db or "
-                "TASKDECOMP_DATABASE_URL and that the server is up"
-            )
-        return StoreError(f"the store {self.name!r} failed: {problem}")
 
     @overload
     def create_run(self, run: NewRun) -> None: ...
@@ -914,16 +775,6 @@ def _touch_key(key: str, lease: Lease | None) -> Hashable:
     return (key, None) if lease is None else (key, lease.owner, lease.epoch)
 
 
-def _sqlite_sync(options: Mapping[str, Any]) -> str:
-    return "NORMAL" if options.get(_LAZY) else "FULL"
-
-
-def _first(exc: sa_exc.DBAPIError) -> str:
-    text = str(exc.orig) if exc.orig is not None else str(exc)
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
-
-
 def open_store(url: str, **options: Any) -> SqlStore:
     """Open the store at ``url`` (see :class:`SqlStore`).
 
@@ -931,19 +782,3 @@ def open_store(url: str, **options: Any) -> SqlStore:
         StoreError: the database cannot be opened, reached or migrated.
     """
     return SqlStore(url, **options)
-
-
-_WRONG_NAME_STATES = frozenset({"3D000", "28000", "28P01"})
-"""SQLSTATEs of a database, role or password the URL names wrongly."""
-_WRONG_NAME_WORDS = (
-    "does not exist",
-    "password authentication failed",
-    "could not translate host name",
-    "name or service not known",
-)
-
-
-def _named_wrong(exc: sa_exc.DBAPIError, lowered: str) -> bool:
-    """Whether the URL names something that is not there (fix --db), not a server gone."""
-    state = getattr(exc.orig, "sqlstate", None)
-    return state in _WRONG_NAME_STATES or any(word in lowered for word in _WRONG_NAME_WORDS)
