@@ -135,10 +135,10 @@ def driver_errors(name: str, busy_timeout: float) -> Iterator[None]:
     except sa_exc.IntegrityError as exc:
         raise StoreError(f"the store {name!r} refused a write: {_first(exc)}") from exc
     except sa_exc.DBAPIError as exc:
-        raise explain(exc, name=name, busy_timeout=busy_timeout) from exc
+        raise _explain(exc, name=name, busy_timeout=busy_timeout) from exc
 
 
-def explain(exc: sa_exc.DBAPIError, *, name: str, busy_timeout: float) -> StoreError:
+def _explain(exc: sa_exc.DBAPIError, *, name: str, busy_timeout: float) -> StoreError:
     """The error to raise for a driver's: a path to fix, or a failure at run time."""
     problem = _first(exc)
     lowered = problem.lower()

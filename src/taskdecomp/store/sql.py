@@ -18,7 +18,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import Any, overload
 
@@ -195,7 +195,7 @@ class SqlStore:
             yield batch
             return
         self._written.runs = set()
-        with connect.driver_errors(self.name, self._busy_timeout), self._engine.begin() as conn:
+        with self._errors(), self._engine.begin() as conn:
             yield conn
         self._committed(durable=True)
 
@@ -213,7 +213,7 @@ class SqlStore:
             raise RuntimeError("store batches do not nest")
         engine = self._engine if durable else self._lazy
         self._written.runs = set()
-        with connect.driver_errors(self.name, self._busy_timeout), engine.begin() as conn:
+        with self._errors(), engine.begin() as conn:
             if not durable and self.dialect == "postgresql":
                 prepared.execute(conn, "SET LOCAL synchronous_commit TO OFF")  # no fsync
             self._batch.conn, self._batch.rows, self._batch.touches = conn, {}, {}
@@ -255,8 +255,12 @@ class SqlStore:
         ``REPEATABLE READ`` on PostgreSQL, where only reads are safe from serialization
         failures: nothing may write through it.
         """
-        with connect.driver_errors(self.name, self._busy_timeout), self._reader.begin() as conn:
+        with self._errors(), self._reader.begin() as conn:
             yield conn
+
+    def _errors(self) -> AbstractContextManager[None]:
+        """Driver errors inside it raised as StoreError naming this store."""
+        return connect.driver_errors(self.name, self._busy_timeout)
 
     @overload
     def create_run(self, run: NewRun) -> None: ...
